@@ -1,0 +1,104 @@
+#include "attributes.h"
+
+namespace onnx_pools {
+namespace {
+
+// True when the ORT call succeeded; a failure here only means "absent or another type".
+bool ok(OrtStatus* status) {
+  if (status == nullptr) return true;
+  g_ort->ReleaseStatus(status);
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::vector<int64_t>> KernelInfoAttributes::ints(const char* name) const {
+  size_t size = 0;
+  // Asking with no buffer reports the size (and an error status on some ORT versions).
+  OrtStatus* probe = g_ort->KernelInfoGetAttributeArray_int64(info_, name, nullptr, &size);
+  if (probe != nullptr) {
+    g_ort->ReleaseStatus(probe);
+    if (size == 0) return std::nullopt;
+  }
+  std::vector<int64_t> values(size);
+  if (size > 0 && !ok(g_ort->KernelInfoGetAttributeArray_int64(info_, name, values.data(), &size))) return std::nullopt;
+  values.resize(size);
+  return values;
+}
+
+std::optional<int64_t> KernelInfoAttributes::integer(const char* name) const {
+  int64_t value = 0;
+  if (!ok(g_ort->KernelInfoGetAttribute_int64(info_, name, &value))) return std::nullopt;
+  return value;
+}
+
+std::optional<float> KernelInfoAttributes::real(const char* name) const {
+  float value = 0;
+  if (!ok(g_ort->KernelInfoGetAttribute_float(info_, name, &value))) return std::nullopt;
+  return value;
+}
+
+std::optional<std::string> KernelInfoAttributes::text(const char* name) const {
+  size_t size = 0;
+  OrtStatus* probe = g_ort->KernelInfoGetAttribute_string(info_, name, nullptr, &size);
+  if (probe != nullptr) {
+    g_ort->ReleaseStatus(probe);
+    if (size == 0) return std::nullopt;
+  }
+  std::string value(size, '\0');
+  if (!ok(g_ort->KernelInfoGetAttribute_string(info_, name, value.data(), &size))) return std::nullopt;
+  value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+  return value;
+}
+
+const OrtOpAttr* ShapeInferAttributes::find(const char* name) const {
+  const OrtOpAttr* attr = nullptr;
+  if (!ok(g_ort->ShapeInferContext_GetAttribute(ctx_, name, &attr))) return nullptr;
+  return attr;
+}
+
+std::optional<std::vector<int64_t>> ShapeInferAttributes::ints(const char* name) const {
+  const OrtOpAttr* attr = find(name);
+  if (attr == nullptr) return std::nullopt;
+  size_t bytes = 0;
+  OrtStatus* probe = g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INTS, nullptr, 0, &bytes);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  std::vector<int64_t> values(bytes / sizeof(int64_t));
+  if (bytes == 0) return values;
+  if (!ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INTS, values.data(), bytes, &bytes))) return std::nullopt;
+  return values;
+}
+
+std::optional<int64_t> ShapeInferAttributes::integer(const char* name) const {
+  const OrtOpAttr* attr = find(name);
+  int64_t value = 0;
+  size_t bytes = 0;
+  if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INT, &value, sizeof value, &bytes))) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<float> ShapeInferAttributes::real(const char* name) const {
+  const OrtOpAttr* attr = find(name);
+  float value = 0;
+  size_t bytes = 0;
+  if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_FLOAT, &value, sizeof value, &bytes))) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::string> ShapeInferAttributes::text(const char* name) const {
+  const OrtOpAttr* attr = find(name);
+  if (attr == nullptr) return std::nullopt;
+  size_t bytes = 0;
+  OrtStatus* probe = g_ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, nullptr, 0, &bytes);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  std::string value(bytes, '\0');
+  if (bytes > 0 && !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, value.data(), bytes, &bytes))) return std::nullopt;
+  while (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+}  // namespace onnx_pools

@@ -1,0 +1,80 @@
+// The compute kernels, compiled once per instruction set (kernels_impl.h included by kernels_<isa>.cc) and
+// picked at load time by the CPU dispatcher. Each entry works on a range of independent units (channels or
+// planes) so the op layer can spread units over ORT's intra-op thread pool.
+#pragma once
+#include <cstdint>
+
+#include "pool_geometry.h"
+
+namespace onnx_pools {
+
+enum class FloatType { Float, Double, Float16, BFloat16, Count };
+enum class QuantType { UInt8, Int8, Count };
+enum class Reduction { Average, Max, Lp, Count };
+
+// p of an Lp norm, with the integer value when p is a small whole number (the fast paths).
+struct LpNorm {
+  double p = 2.0;
+  int integer_p = 2;  // 0 when p is not a whole number in [1, 16]
+};
+
+// Global pool over `channels` contiguous channels of `size` elements each.
+using GlobalPoolFn = void (*)(const void* x, void* y, int64_t channels, int64_t size, const LpNorm& lp);
+
+// LpPool over `planes` contiguous NC planes.
+using LpPoolFn = void (*)(const void* x, void* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp);
+
+struct QLinearParams {
+  float x_scale, y_scale;
+  int32_t x_zero_point, y_zero_point;
+  bool count_include_pad;
+};
+
+// QLinearAveragePool over `units` contiguous units: NC planes (NCHW) or whole images with `channels`
+// interleaved channels (NHWC, channels > 0).
+using QLinearPoolFn = void (*)(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
+                               const QLinearParams& q);
+
+struct KernelTable {
+  const char* isa;
+  GlobalPoolFn global_pool[static_cast<int>(Reduction::Count)][static_cast<int>(FloatType::Count)];
+  LpPoolFn lp_pool[static_cast<int>(FloatType::Count)];
+  QLinearPoolFn qlinear_nchw[static_cast<int>(QuantType::Count)];
+  QLinearPoolFn qlinear_nhwc[static_cast<int>(QuantType::Count)];
+};
+
+// The table for the best instruction set this CPU runs (or the one ONNX_POOLS_ISA names).
+const KernelTable& kernels();
+
+namespace portable {
+const KernelTable& table();
+}
+namespace avx2 {
+const KernelTable& table();
+}
+namespace avx512 {
+const KernelTable& table();
+}
+
+}  // namespace onnx_pools
+
+namespace onnx_pools {
+
+// Uninitialised scratch memory. Allocated in a file built without ISA flags: the per-ISA kernel files avoid
+// std containers so no template instance built for a wide ISA can be shared with the portable path.
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(size_t bytes);
+  ~ScratchBuffer();
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  template <class U>
+  U* as() {
+    return static_cast<U*>(data_);
+  }
+
+ private:
+  void* data_;
+};
+
+}  // namespace onnx_pools

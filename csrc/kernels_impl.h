@@ -1,0 +1,493 @@
+// The kernels, written once as templates over element type and reduction. Included by kernels_<isa>.cc with
+// ONNX_POOLS_ISA naming the namespace; each of those files is compiled with its own instruction-set flags.
+// Everything here has internal linkage (see dtypes.h) and allocates only through ScratchBuffer.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "dtypes.h"
+#include "kernels.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define ONNX_POOLS_STR2(x) #x
+#define ONNX_POOLS_STR(x) ONNX_POOLS_STR2(x)
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
+
+constexpr int64_t kBlock = 1024;  // elements converted to the accumulator type at a time
+constexpr int kLanes = 32;        // independent partial results, so the compiler can fill vector registers
+
+template <class V>
+inline V min_of(V a, V b) { return b < a ? b : a; }
+template <class V>
+inline V max_of(V a, V b) { return a < b ? b : a; }
+template <class V>
+inline void fill(V* p, int64_t n, V v) {
+  for (int64_t i = 0; i < n; ++i) p[i] = v;
+}
+
+typedef uint32_t __attribute__((may_alias)) aliased_u32;
+
+// ---- element <-> accumulator conversion of blocks -------------------------------------------------------
+
+template <class T>
+void load_block(const T* src, AccOf<T>* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_acc<AccOf<T>>(src[i]);
+}
+
+template <>
+void load_block<Float16>(const Float16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+template <>
+void load_block<BFloat16>(const BFloat16* src, float* dst, int64_t n) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  aliased_u32* d = reinterpret_cast<aliased_u32*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint32_t>(s[i]) << 16;
+}
+
+template <class T>
+void store_block(const AccOf<T>* src, T* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_acc<T>(src[i]);
+}
+
+template <>
+void store_block<Float16>(const float* src, Float16* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = to_float16(src[i]);
+}
+
+template <>
+void store_block<BFloat16>(const float* src, BFloat16* dst, int64_t n) {
+  const aliased_u32* s = reinterpret_cast<const aliased_u32*>(src);
+  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = s[i];
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    d[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : rounded);
+  }
+}
+
+// The accumulator view of n elements: the elements themselves when T is its own accumulator.
+template <class T>
+const AccOf<T>* acc_view(const T* src, AccOf<T>* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, AccOf<T>>) {
+    return src;
+  } else {
+    load_block(src, buf, n);
+    return buf;
+  }
+}
+
+// ---- |x|^p and its inverse ------------------------------------------------------------------------------
+
+template <int P>
+struct IntegerPower {
+  template <class A>
+  A operator()(A v) const {
+    const A a = v < 0 ? -v : v;  // NaN passes through
+    A r = a;
+    for (int k = 1; k < P; ++k) r *= a;
+    return r;
+  }
+};
+
+struct RealPower {
+  double p;
+  template <class A>
+  A operator()(A v) const {
+    return static_cast<A>(std::pow(std::fabs(v), static_cast<A>(p)));
+  }
+};
+
+// Calls fn with the |x|^p functor matching lp (whole p from 1 to 4 get unrolled fast paths).
+template <class Fn>
+void with_power(const LpNorm& lp, Fn&& fn) {
+  switch (lp.integer_p) {
+    case 1: return fn(IntegerPower<1>{});
+    case 2: return fn(IntegerPower<2>{});
+    case 3: return fn(IntegerPower<3>{});
+    case 4: return fn(IntegerPower<4>{});
+    default: return fn(RealPower{lp.p});
+  }
+}
+
+inline double lp_root(double sum, const LpNorm& lp) {
+  switch (lp.integer_p) {
+    case 1: return sum;
+    case 2: return std::sqrt(sum);
+    case 3: return std::cbrt(sum);
+    default: return std::pow(sum, 1.0 / lp.p);
+  }
+}
+
+// A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;
+// otherwise the window is recomputed scaled by its largest magnitude, in double.
+template <class A>
+inline bool lp_sum_trusted(double sum) {
+  constexpr double tiny = std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900;
+  return sum >= tiny && sum <= std::numeric_limits<double>::max();
+}
+
+// max|x| * (sum (|x|/max|x|)^p)^(1/p) over the elements visit() produces: safe from overflow and underflow.
+template <class Visit>
+double lp_scaled(Visit&& visit, const LpNorm& lp) {
+  double largest = 0;
+  bool nan = false;
+  visit([&](double v) {
+    const double a = std::fabs(v);
+    if (a != a) nan = true;
+    else if (a > largest) largest = a;
+  });
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (largest == 0 || std::isinf(largest)) return largest;
+  double sum = 0;
+  with_power(lp, [&](auto power) { visit([&](double v) { sum += power(v / largest); }); });
+  return largest * lp_root(sum, lp);
+}
+
+// ---- global pools -----------------------------------------------------------------------------------------
+
+template <class A>
+double sum_block(const A* a, int64_t n) {
+  A lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += a[i + l];
+  }
+  double total = 0;
+  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (; i < n; ++i) total += a[i];
+  return total;
+}
+
+template <class A, class Power>
+double power_sum_block(const A* a, int64_t n, Power power) {
+  A lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] += power(a[i + l]);
+  }
+  double total = 0;
+  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (; i < n; ++i) total += power(a[i]);
+  return total;
+}
+
+// NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
+template <class A>
+inline A max_step(A m, A v) { return (v > m || v != v) ? v : m; }
+
+template <class A>
+A max_block(const A* a, int64_t n, A running) {
+  A lanes[kLanes];
+  fill(lanes, kLanes, running);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] = max_step(lanes[l], a[i + l]);
+  }
+  for (; i < n; ++i) running = max_step(running, a[i]);
+  for (int l = 0; l < kLanes; ++l) running = max_step(running, lanes[l]);
+  return running;
+}
+
+template <class T, Reduction R>
+void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const LpNorm& lp) {
+  using A = AccOf<T>;
+  const T* x = static_cast<const T*>(xv);
+  T* y = static_cast<T*>(yv);
+  A buffer[kBlock];
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* xc = x + c * size;
+    double result = 0;
+    if constexpr (R == Reduction::Average) {
+      double total = 0;
+      for (int64_t off = 0; off < size; off += kBlock) {
+        const int64_t n = min_of(kBlock, size - off);
+        total += sum_block(acc_view(xc + off, buffer, n), n);
+      }
+      result = total / static_cast<double>(size);
+    } else if constexpr (R == Reduction::Max) {
+      A running = -std::numeric_limits<A>::infinity();
+      for (int64_t off = 0; off < size; off += kBlock) {
+        const int64_t n = min_of(kBlock, size - off);
+        running = max_block(acc_view(xc + off, buffer, n), n, running);
+      }
+      result = running;
+    } else {
+      double total = 0;
+      with_power(lp, [&](auto power) {
+        for (int64_t off = 0; off < size; off += kBlock) {
+          const int64_t n = min_of(kBlock, size - off);
+          total += power_sum_block(acc_view(xc + off, buffer, n), n, power);
+        }
+      });
+      if (lp_sum_trusted<A>(total)) {
+        result = lp_root(total, lp);
+      } else {
+        result = lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
+      }
+    }
+    y[c] = from_acc<T>(result);
+  }
+}
+
+// ---- separable window sums (LpPool and QLinearAveragePool) -----------------------------------------------
+
+// dst[o][j][i] = sum over k of src[o][j*stride - pad_begin + k*dilation][i], positions outside [0, in) skipped.
+// Sums over a box are separable, so an N-D window is N of these passes, one per axis.
+template <class S, class A>
+void window_sum_axis(const S* src, A* dst, int64_t outer, int64_t inner, const AxisGeometry& g) {
+  const int64_t length = g.in, out = g.out, stride = g.stride;
+  for (int64_t o = 0; o < outer; ++o) {
+    const S* s = src + o * length * inner;
+    A* d = dst + o * out * inner;
+    fill(d, out * inner, A(0));
+    for (int64_t k = 0; k < g.kernel; ++k) {
+      const int64_t offset = k * g.dilation - g.pad_begin;  // window j reads position j*stride + offset
+      const int64_t j_lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+      const int64_t j_hi = offset >= length ? 0 : min_of(out, (length - 1 - offset) / stride + 1);
+      if (inner == 1) {
+        if (stride == 1) {
+          for (int64_t j = j_lo; j < j_hi; ++j) d[j] += static_cast<A>(s[j + offset]);
+        } else {
+          for (int64_t j = j_lo; j < j_hi; ++j) d[j] += static_cast<A>(s[j * stride + offset]);
+        }
+      } else {
+        for (int64_t j = j_lo; j < j_hi; ++j) {
+          A* dj = d + j * inner;
+          const S* sj = s + (j * stride + offset) * inner;
+          for (int64_t i = 0; i < inner; ++i) dj[i] += static_cast<A>(sj[i]);
+        }
+      }
+    }
+  }
+}
+
+// Runs the separable passes from `src` (laid out [spatial...][channels]) and returns the buffer holding the
+// window sums ([out spatial...][channels]); first_pass converts S to A on the way.
+template <class S, class A>
+A* window_sums(const S* src, A* buf_a, A* buf_b, const PoolGeometry& g, int64_t channels) {
+  const size_t rank = g.axes.size();
+  int64_t inner = channels;
+  A* out = buf_a;
+  A* spare = buf_b;
+  for (size_t a = rank; a-- > 0;) {
+    int64_t outer = 1;
+    for (size_t b = 0; b < a; ++b) outer *= g.axes[b].in;
+    if (a + 1 == rank) {
+      window_sum_axis(src, out, outer, inner, g.axes[a]);
+    } else {
+      window_sum_axis(static_cast<const A*>(spare), out, outer, inner, g.axes[a]);
+    }
+    inner *= g.axes[a].out;
+    A* t = out;
+    out = spare;
+    spare = t;
+  }
+  return spare;  // the buffer written last
+}
+
+// Visits the elements of one window of an NC plane (positions outside the input skipped).
+template <class T, class F>
+void visit_window(const T* plane, const PoolGeometry& g, int64_t out_index, int64_t* index, F&& f) {
+  const size_t rank = g.axes.size();
+  int64_t* start = index;  // per axis: first input position of the window
+  int64_t* k = index + rank;
+  for (size_t a = rank; a-- > 0;) {
+    const int64_t j = out_index % g.axes[a].out;
+    out_index /= g.axes[a].out;
+    start[a] = j * g.axes[a].stride - g.axes[a].pad_begin;
+    k[a] = 0;
+  }
+  for (;;) {
+    int64_t offset = 0;
+    bool inside = true;
+    for (size_t a = 0; a < rank && inside; ++a) {
+      const int64_t pos = start[a] + k[a] * g.axes[a].dilation;
+      inside = pos >= 0 && pos < g.axes[a].in;
+      offset = offset * g.axes[a].in + pos;
+    }
+    if (inside) f(static_cast<double>(to_acc<AccOf<T>>(plane[offset])));
+    size_t a = rank;
+    while (a-- > 0) {
+      if (++k[a] < g.axes[a].kernel) break;
+      k[a] = 0;
+    }
+    if (a == static_cast<size_t>(-1)) return;
+  }
+}
+
+template <class T>
+void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  using A = AccOf<T>;
+  const T* x = static_cast<const T*>(xv);
+  T* y = static_cast<T*>(yv);
+  const int64_t scratch = max_of(g.largest_intermediate, g.in_size);
+  ScratchBuffer memory(sizeof(A) * static_cast<size_t>(3 * scratch) + sizeof(int64_t) * 2 * g.axes.size());
+  A* powers = memory.as<A>();
+  A* buf_a = powers + scratch;
+  A* buf_b = buf_a + scratch;
+  int64_t* index = reinterpret_cast<int64_t*>(buf_b + scratch);
+  for (int64_t p = 0; p < planes; ++p) {
+    const T* xp = x + p * g.in_size;
+    T* yp = y + p * g.out_size;
+    load_block(xp, powers, g.in_size);
+    with_power(lp, [&](auto power) {
+      for (int64_t i = 0; i < g.in_size; ++i) powers[i] = power(powers[i]);
+    });
+    A* sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
+    // Roots in place, then the rare untrusted windows again, scaled.
+    bool all_trusted = true;
+    for (int64_t i = 0; i < g.out_size; ++i) all_trusted &= lp_sum_trusted<A>(sums[i]);
+    A* roots = sums == buf_a ? buf_b : buf_a;
+    if (lp.integer_p == 1) {
+      for (int64_t i = 0; i < g.out_size; ++i) roots[i] = sums[i];
+    } else if (lp.integer_p == 2) {
+      for (int64_t i = 0; i < g.out_size; ++i) roots[i] = std::sqrt(sums[i]);
+    } else {
+      for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(lp_root(sums[i], lp));
+    }
+    if (!all_trusted) {
+      for (int64_t i = 0; i < g.out_size; ++i) {
+        if (lp_sum_trusted<A>(sums[i])) continue;
+        roots[i] = static_cast<A>(lp_scaled([&](auto&& f) { visit_window(xp, g, i, index, f); }, lp));
+      }
+    }
+    store_block(roots, yp, g.out_size);
+  }
+}
+
+// ---- QLinearAveragePool ---------------------------------------------------------------------------------
+
+inline float round_half_even(float v) {  // |v| < 2^22
+  constexpr float magic = 12582912.0f;  // 1.5 * 2^23
+  return (v + magic) - magic;
+}
+inline double round_half_even(double v) {  // |v| < 2^51
+  constexpr double magic = 6755399441055744.0;  // 1.5 * 2^52
+  return (v + magic) - magic;
+}
+
+// I: integer window sums; F: float type of the requantisation (exact for the sums I can hold).
+template <class Q, class I, class F>
+void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
+  const size_t rank = g.axes.size();
+  const int64_t scratch = g.largest_intermediate * channels;  // checked by the op
+  const int64_t out_last = g.axes[rank - 1].out;
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(F) * static_cast<size_t>(out_last));
+  I* buf_a = memory.as<I>();
+  I* buf_b = buf_a + scratch;
+  F* scale = reinterpret_cast<F*>(buf_b + scratch);
+  constexpr F qmin = static_cast<F>(std::numeric_limits<Q>::min());
+  constexpr F qmax = static_cast<F>(std::numeric_limits<Q>::max());
+  const F y_zero = static_cast<F>(q.y_zero_point);
+  const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
+  const int64_t rows = g.out_size / out_last;
+  const AxisGeometry& last = g.axes[rank - 1];
+
+  for (int64_t u = 0; u < units; ++u) {
+    const Q* xu = x + u * g.in_size * channels;
+    Q* yu = y + u * g.out_size * channels;
+    const I* sums = window_sums(xu, buf_a, buf_b, g, channels);
+    for (int64_t row = 0; row < rows; ++row) {
+      // Elements in the window = product over axes of the in-bounds positions.
+      int64_t lead_valid = 1;
+      for (int64_t r = row, a = static_cast<int64_t>(rank) - 2; a >= 0; --a) {
+        lead_valid *= g.axes[a].valid_count(r % g.axes[a].out);
+        r /= g.axes[a].out;
+      }
+      for (int64_t j = 0; j < out_last; ++j) {
+        const int64_t valid = lead_valid * last.valid_count(j);
+        const int64_t count = q.count_include_pad ? g.kernel_size : valid;
+        scale[j] = count == 0 ? F(0) : static_cast<F>(ratio / static_cast<double>(count));
+      }
+      const I* s = sums + row * out_last * channels;
+      Q* yr = yu + row * out_last * channels;
+      for (int64_t j = 0; j < out_last; ++j) {
+        const int64_t valid = lead_valid * last.valid_count(j);
+        const I zero_sum = static_cast<I>(q.x_zero_point * valid);
+        const F sc = scale[j];
+        const I* sj = s + j * channels;
+        Q* yj = yr + j * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          F v = static_cast<F>(sj[c] - zero_sum) * sc + y_zero;
+          v = min_of(max_of(v, qmin), qmax);
+          yj[c] = static_cast<Q>(static_cast<int32_t>(round_half_even(v)));
+        }
+      }
+    }
+  }
+}
+
+// Window sums of up to 65536 bytes fit int32 and are exact in float; larger kernels take int64 and double.
+template <class Q>
+void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
+                      const QLinearParams& q) {
+  if (g.kernel_size <= 65536) {
+    qlinear_pool<Q, int32_t, float>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+  } else {
+    qlinear_pool<Q, int64_t, double>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+  }
+}
+
+template <class Q>
+void qlinear_nchw(const void* x, void* y, int64_t planes, int64_t, const PoolGeometry& g, const QLinearParams& q) {
+  qlinear_dispatch<Q>(x, y, planes, 1, g, q);
+}
+
+template <class Q>
+void qlinear_nhwc(const void* x, void* y, int64_t images, int64_t channels, const PoolGeometry& g,
+                  const QLinearParams& q) {
+  qlinear_dispatch<Q>(x, y, images, channels, g, q);
+}
+
+template <class T>
+void fill_float_type(KernelTable& k, FloatType type) {
+  const int t = static_cast<int>(type);
+  k.global_pool[static_cast<int>(Reduction::Average)][t] = &global_pool<T, Reduction::Average>;
+  k.global_pool[static_cast<int>(Reduction::Max)][t] = &global_pool<T, Reduction::Max>;
+  k.global_pool[static_cast<int>(Reduction::Lp)][t] = &global_pool<T, Reduction::Lp>;
+  k.lp_pool[t] = &lp_pool<T>;
+}
+
+}  // namespace
+
+const KernelTable& table() {
+  static const KernelTable instance = [] {
+    KernelTable k{};
+    k.isa = ONNX_POOLS_STR(ONNX_POOLS_ISA);
+    fill_float_type<float>(k, FloatType::Float);
+    fill_float_type<double>(k, FloatType::Double);
+    fill_float_type<Float16>(k, FloatType::Float16);
+    fill_float_type<BFloat16>(k, FloatType::BFloat16);
+    k.qlinear_nchw[static_cast<int>(QuantType::UInt8)] = &qlinear_nchw<uint8_t>;
+    k.qlinear_nchw[static_cast<int>(QuantType::Int8)] = &qlinear_nchw<int8_t>;
+    k.qlinear_nhwc[static_cast<int>(QuantType::UInt8)] = &qlinear_nhwc<uint8_t>;
+    k.qlinear_nhwc[static_cast<int>(QuantType::Int8)] = &qlinear_nhwc<int8_t>;
+    return k;
+  }();
+  return instance;
+}
+
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

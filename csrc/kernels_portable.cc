@@ -1,0 +1,3 @@
+// Kernels built for the portable instruction set (flags in CMakeLists.txt).
+#define ONNX_POOLS_ISA portable
+#include "kernels_impl.h"

@@ -1,0 +1,366 @@
+#include "ops.h"
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "pool_geometry.h"
+
+namespace onnx_pools {
+namespace {
+
+// ---- tensors ------------------------------------------------------------------------------------------------
+
+struct Tensor {
+  const void* data = nullptr;
+  std::vector<int64_t> shape;
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+};
+
+void read_type_and_shape(const OrtTensorTypeAndShapeInfo* info, Tensor& t) {
+  size_t rank = 0;
+  check(g_ort->GetDimensionsCount(info, &rank));
+  t.shape.resize(rank);
+  check(g_ort->GetDimensions(info, t.shape.data(), rank));
+  check(g_ort->GetTensorElementType(info, &t.type));
+}
+
+// nullopt-like: data == nullptr and empty type when an optional input is absent.
+Tensor input(OrtKernelContext* ctx, size_t index) {
+  Tensor t;
+  size_t count = 0;
+  check(g_ort->KernelContext_GetInputCount(ctx, &count));
+  if (index >= count) return t;
+  const OrtValue* value = nullptr;
+  check(g_ort->KernelContext_GetInput(ctx, index, &value));
+  if (value == nullptr) return t;
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  check(g_ort->GetTensorTypeAndShape(value, &info));
+  read_type_and_shape(info, t);
+  g_ort->ReleaseTensorTypeAndShapeInfo(info);
+  void* data = nullptr;
+  check(g_ort->GetTensorMutableData(const_cast<OrtValue*>(value), &data));
+  t.data = data;
+  return t;
+}
+
+void* output(OrtKernelContext* ctx, const std::vector<int64_t>& shape) {
+  OrtValue* value = nullptr;
+  check(g_ort->KernelContext_GetOutput(ctx, 0, shape.data(), shape.size(), &value));
+  void* data = nullptr;
+  check(g_ort->GetTensorMutableData(value, &data));
+  return data;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void require_rank(const Tensor& x, const std::string& op) {
+  if (x.shape.size() < 3) {
+    fail(op, ": input 'X' must have rank >= 3 (N x C x D1 x ...), got shape ", shape_text(x.shape));
+  }
+}
+
+// ---- threading ------------------------------------------------------------------------------------------------
+
+// Splits [0, units) into chunks on the session's intra-op pool. Small jobs run inline: waking threads costs more.
+void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit,
+                  const std::function<void(int64_t, int64_t)>& body) {
+  constexpr int64_t kMinChunkCost = 1 << 15;
+  const int64_t total_cost = units * std::max<int64_t>(cost_per_unit, 1);
+  int64_t chunks = std::min<int64_t>(units, std::max<int64_t>(1, total_cost / kMinChunkCost));
+  chunks = std::min<int64_t>(chunks, 256);
+  if (chunks <= 1) {
+    body(0, units);
+    return;
+  }
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* body = nullptr;
+    int64_t units = 0, chunks = 0;
+    std::atomic<bool> failed{false};
+    std::string message;
+    std::atomic_flag message_taken = ATOMIC_FLAG_INIT;
+  } job;
+  job.body = &body;
+  job.units = units;
+  job.chunks = chunks;
+  auto run_chunk = [](void* data, size_t i) {
+    Job& j = *static_cast<Job*>(data);
+    const int64_t begin = j.units * static_cast<int64_t>(i) / j.chunks;
+    const int64_t end = j.units * (static_cast<int64_t>(i) + 1) / j.chunks;
+    try {
+      (*j.body)(begin, end);
+    } catch (const std::exception& e) {  // nothing may unwind into ORT's threads
+      if (!j.message_taken.test_and_set()) j.message = e.what();
+      j.failed = true;
+    }
+  };
+  check(g_ort->KernelContext_ParallelFor(ctx, run_chunk, static_cast<size_t>(chunks), 0, &job));
+  if (job.failed) throw std::runtime_error(job.message);
+}
+
+// ---- attributes shared by the ops --------------------------------------------------------------------------------
+
+FloatType float_type(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return FloatType::Float;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return FloatType::Double;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return FloatType::Float16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return FloatType::BFloat16;
+    default: throw Error("onnx-pools: unsupported element type");
+  }
+}
+
+// p is a FLOAT in version 1 of GlobalLpPool and LpPool and an INT from version 2; both are accepted.
+LpNorm read_lp_norm(const AttributeReader& attrs, const std::string& op) {
+  LpNorm lp;
+  if (auto p = attrs.integer("p")) {
+    lp.p = static_cast<double>(*p);
+  } else if (auto p_real = attrs.real("p")) {
+    lp.p = *p_real;
+  }
+  if (!(std::isfinite(lp.p) && lp.p > 0)) fail(op, ": attribute 'p' must be a finite number > 0, got ", lp.p);
+  lp.integer_p = (lp.p == std::floor(lp.p) && lp.p >= 1 && lp.p <= 16) ? static_cast<int>(lp.p) : 0;
+  return lp;
+}
+
+bool read_flag(const AttributeReader& attrs, const char* name, const std::string& op) {
+  const int64_t value = attrs.integer(name).value_or(0);
+  if (value != 0 && value != 1) fail(op, ": attribute '", name, "' must be 0 or 1, got ", value);
+  return value == 1;
+}
+
+std::vector<int64_t> spatial_dims(const std::vector<int64_t>& shape, bool channels_last) {
+  return channels_last ? std::vector<int64_t>(shape.begin() + 1, shape.end() - 1)
+                       : std::vector<int64_t>(shape.begin() + 2, shape.end());
+}
+
+// ---- the ops ----------------------------------------------------------------------------------------------------------
+
+class GlobalPool final : public OpKernel {
+ public:
+  GlobalPool(Reduction reduction, std::string op, FloatType type, const AttributeReader& attrs)
+      : reduction_(reduction), op_(std::move(op)), type_(type) {
+    if (reduction == Reduction::Lp) lp_ = read_lp_norm(attrs, op_);
+  }
+
+  void compute(OrtKernelContext* ctx) override {
+    const Tensor x = input(ctx, 0);
+    require_rank(x, op_);
+    std::vector<int64_t> out_shape(x.shape.size(), 1);
+    out_shape[0] = x.shape[0];
+    out_shape[1] = x.shape[1];
+    const int64_t channels = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
+    const int64_t size = checked_product(spatial_dims(x.shape, false), op_.c_str(), "input 'X'");
+    if (size == 0 && channels > 0) {
+      fail(op_, ": input 'X' has an empty spatial dimension, shape ", shape_text(x.shape), "; there is nothing to pool");
+    }
+    void* y = output(ctx, out_shape);
+    if (channels == 0) return;
+    const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
+    const size_t bytes = element_size();
+    parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
+      fn(static_cast<const char*>(x.data) + begin * size * bytes, static_cast<char*>(y) + begin * bytes, end - begin,
+         size, lp_);
+    });
+  }
+
+ private:
+  size_t element_size() const { return type_ == FloatType::Float ? 4 : type_ == FloatType::Double ? 8 : 2; }
+  Reduction reduction_;
+  std::string op_;
+  FloatType type_;
+  LpNorm lp_;
+};
+
+class LpPool final : public OpKernel {
+ public:
+  LpPool(std::string op, FloatType type, const AttributeReader& attrs)
+      : op_(std::move(op)), type_(type), attrs_(read_pool_attributes(attrs, op_.c_str())),
+        lp_(read_lp_norm(attrs, op_)) {}
+
+  void compute(OrtKernelContext* ctx) override {
+    const Tensor x = input(ctx, 0);
+    require_rank(x, op_);
+    const PoolGeometry g = windowed_geometry(attrs_, spatial_dims(x.shape, false), op_.c_str());
+    std::vector<int64_t> out_shape{x.shape[0], x.shape[1]};
+    for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
+    const int64_t planes = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
+    checked_product(out_shape, op_.c_str(), "output 'Y'");
+    void* y = output(ctx, out_shape);
+    if (planes == 0 || g.out_size == 0) return;
+    const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
+    const size_t bytes = type_ == FloatType::Float ? 4 : type_ == FloatType::Double ? 8 : 2;
+    parallel_for(ctx, planes, g.in_size + g.out_size * g.kernel_size / 4, [&](int64_t begin, int64_t end) {
+      fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
+         static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, g, lp_);
+    });
+  }
+
+ private:
+  std::string op_;
+  FloatType type_;
+  PoolAttributes attrs_;
+  LpNorm lp_;
+};
+
+class QLinearAveragePool final : public OpKernel {
+ public:
+  QLinearAveragePool(std::string op, ONNXTensorElementDataType type, const AttributeReader& attrs)
+      : op_(std::move(op)), type_(type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 ? QuantType::UInt8 : QuantType::Int8),
+        attrs_(read_pool_attributes(attrs, op_.c_str())),
+        count_include_pad_(read_flag(attrs, "count_include_pad", op_)),
+        channels_last_(read_flag(attrs, "channels_last", op_)) {}
+
+  void compute(OrtKernelContext* ctx) override {
+    const Tensor x = input(ctx, 0);
+    require_rank(x, op_);
+    QLinearParams q{};
+    q.x_scale = scale(ctx, 1, "x_scale");
+    q.x_zero_point = zero_point(ctx, 2, "x_zero_point");
+    q.y_scale = scale(ctx, 3, "y_scale");
+    q.y_zero_point = zero_point(ctx, 4, "y_zero_point");
+    q.count_include_pad = count_include_pad_;
+
+    const PoolGeometry g = windowed_geometry(attrs_, spatial_dims(x.shape, channels_last_), op_.c_str());
+    const int64_t n = x.shape[0];
+    const int64_t c = channels_last_ ? x.shape.back() : x.shape[1];
+    std::vector<int64_t> out_shape{n};
+    if (!channels_last_) out_shape.push_back(c);
+    for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
+    if (channels_last_) out_shape.push_back(c);
+    checked_product(out_shape, op_.c_str(), "output 'Y'");
+    checked_product({g.largest_intermediate, std::max<int64_t>(c, 1), 8}, op_.c_str(), "an intermediate of the pool");
+    void* y = output(ctx, out_shape);
+    if (n == 0 || c == 0 || g.out_size == 0) return;
+
+    const int k = static_cast<int>(type_);
+    if (channels_last_) {
+      const QLinearPoolFn fn = kernels().qlinear_nhwc[k];
+      parallel_for(ctx, n, (g.in_size + g.out_size * 4) * c, [&](int64_t begin, int64_t end) {
+        fn(static_cast<const uint8_t*>(x.data) + begin * g.in_size * c,
+           static_cast<uint8_t*>(y) + begin * g.out_size * c, end - begin, c, g, q);
+      });
+    } else {
+      const QLinearPoolFn fn = kernels().qlinear_nchw[k];
+      parallel_for(ctx, n * c, g.in_size + g.out_size * 4, [&](int64_t begin, int64_t end) {
+        fn(static_cast<const uint8_t*>(x.data) + begin * g.in_size, static_cast<uint8_t*>(y) + begin * g.out_size,
+           end - begin, 1, g, q);
+      });
+    }
+  }
+
+ private:
+  static bool is_scalar(const Tensor& t) {
+    return t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == 1);
+  }
+
+  float scale(OrtKernelContext* ctx, size_t index, const char* name) const {
+    const Tensor t = input(ctx, index);
+    if (t.data == nullptr) fail(op_, ": input '", name, "' is required");
+    if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
+    const float v = *static_cast<const float*>(t.data);
+    if (!(std::isfinite(v) && v > 0)) fail(op_, ": input '", name, "' must be a finite number > 0, got ", v);
+    return v;
+  }
+
+  int32_t zero_point(OrtKernelContext* ctx, size_t index, const char* name) const {
+    const Tensor t = input(ctx, index);
+    if (t.data == nullptr) return 0;  // an absent zero point is 0
+    if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
+    return type_ == QuantType::UInt8 ? *static_cast<const uint8_t*>(t.data) : *static_cast<const int8_t*>(t.data);
+  }
+
+  std::string op_;
+  QuantType type_;
+  PoolAttributes attrs_;
+  bool count_include_pad_, channels_last_;
+};
+
+// ---- shape inference ------------------------------------------------------------------------------------------------
+
+void set_output_shape(OrtShapeInferContext* ctx, ONNXTensorElementDataType type, const std::vector<int64_t>& dims,
+                      const std::vector<std::string>& names) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  check(g_ort->CreateTensorTypeAndShapeInfo(&info));
+  std::vector<const char*> name_ptrs;
+  for (const std::string& s : names) name_ptrs.push_back(s.c_str());
+  OrtStatus* status = g_ort->SetTensorElementType(info, type);
+  if (status == nullptr) status = g_ort->SetDimensions(info, dims.data(), dims.size());
+  if (status == nullptr) status = g_ort->SetSymbolicDimensions(info, name_ptrs.data(), name_ptrs.size());
+  if (status == nullptr) status = g_ort->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
+  g_ort->ReleaseTensorTypeAndShapeInfo(info);
+  check(status);
+}
+
+}  // namespace
+
+std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTensorElementDataType type,
+                                        const OrtKernelInfo* info) {
+  std::string op = op_name;
+  size_t size = 0;
+  OrtStatus* probe = g_ort->KernelInfo_GetNodeName(info, nullptr, &size);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  if (size > 1) {
+    std::string node(size, '\0');
+    if (OrtStatus* s = g_ort->KernelInfo_GetNodeName(info, node.data(), &size)) {
+      g_ort->ReleaseStatus(s);
+    } else {
+      node.resize(size - 1);
+      op += " (node '" + node + "')";
+    }
+  }
+  const KernelInfoAttributes attrs(info);
+  switch (kind) {
+    case OpKind::GlobalAveragePool: return std::make_unique<GlobalPool>(Reduction::Average, op, float_type(type), attrs);
+    case OpKind::GlobalMaxPool: return std::make_unique<GlobalPool>(Reduction::Max, op, float_type(type), attrs);
+    case OpKind::GlobalLpPool: return std::make_unique<GlobalPool>(Reduction::Lp, op, float_type(type), attrs);
+    case OpKind::LpPool: return std::make_unique<LpPool>(op, float_type(type), attrs);
+    case OpKind::QLinearAveragePool: return std::make_unique<QLinearAveragePool>(op, type, attrs);
+    default: fail("onnx-pools: unknown op");
+  }
+}
+
+void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* ctx) {
+  // The input's type-and-shape info belongs to the context: read it, never release it.
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  check(g_ort->ShapeInferContext_GetInputTypeShape(ctx, 0, &info));
+  Tensor x;
+  read_type_and_shape(info, x);
+  std::vector<const char*> raw(x.shape.size(), nullptr);
+  if (!raw.empty()) check(g_ort->GetSymbolicDimensions(info, raw.data(), raw.size()));
+  std::vector<std::string> names;
+  for (const char* s : raw) names.emplace_back(s ? s : "");
+  if (x.shape.size() < 3) return;  // unknown rank, or an error the kernel reports
+
+  const size_t rank = x.shape.size();
+  std::vector<int64_t> dims = x.shape;
+  std::vector<std::string> out_names(rank);
+  if (kind == OpKind::GlobalAveragePool || kind == OpKind::GlobalMaxPool || kind == OpKind::GlobalLpPool) {
+    for (size_t i = 2; i < rank; ++i) dims[i] = 1;
+    out_names[0] = names[0];
+    out_names[1] = names[1];
+  } else {
+    const ShapeInferAttributes attrs(ctx);
+    const PoolAttributes pool = read_pool_attributes(attrs, op_name);
+    const bool channels_last = kind == OpKind::QLinearAveragePool && read_flag(attrs, "channels_last", op_name);
+    const size_t first = channels_last ? 1 : 2;
+    for (size_t i = 0; i < rank; ++i) {
+      const bool spatial = i >= first && i < first + (rank - 2);
+      if (spatial) {
+        dims[i] = infer_output_dim(pool, i - first, x.shape[i], op_name);
+      } else {
+        out_names[i] = names[i];
+      }
+    }
+  }
+  set_output_shape(ctx, x.type, dims, out_names);
+}
+
+}  // namespace onnx_pools

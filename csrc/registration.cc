@@ -1,0 +1,215 @@
+// Registration: one declarative table of (domain, op, element types) -> kernel, turned into ORT custom ops.
+// Also the C entry points the Python loader reads (call counters, chosen instruction set).
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <climits>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "ops.h"
+
+#define ONNX_POOLS_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace onnx_pools {
+
+const OrtApi* g_ort = nullptr;
+
+void check(OrtStatus* status) {
+  if (status == nullptr) return;
+  std::string message = g_ort->GetErrorMessage(status);
+  g_ort->ReleaseStatus(status);
+  throw Error(message);
+}
+
+namespace {
+
+constexpr ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr ONNXTensorElementDataType F64 = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+constexpr ONNXTensorElementDataType F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr ONNXTensorElementDataType BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+constexpr ONNXTensorElementDataType U8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+constexpr ONNXTensorElementDataType S8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
+
+// One input of an op: its element type is the kernel's type ("T") or always float; optional or not.
+struct Param {
+  bool element_typed;
+  bool optional;
+};
+const std::vector<Param> kPoolInputs = {{true, false}};
+// X, x_scale, x_zero_point?, y_scale, y_zero_point?
+const std::vector<Param> kQLinearInputs = {{true, false}, {false, false}, {true, true}, {false, false}, {true, true}};
+
+struct OpDefinition {
+  const char* domain;
+  const char* name;
+  OpKind kind;
+  const std::vector<Param>* inputs;
+  std::vector<ONNXTensorElementDataType> types;  // one kernel per type; every type any version of the op allows
+};
+
+// The table. Adding an op or a type is one line here (and the kernel behind OpKind).
+const std::vector<OpDefinition> kOps = {
+    {"", "GlobalAveragePool", OpKind::GlobalAveragePool, &kPoolInputs, {F32, F64, F16, BF16}},
+    {"", "GlobalMaxPool", OpKind::GlobalMaxPool, &kPoolInputs, {F32, F64, F16, BF16}},
+    {"", "GlobalLpPool", OpKind::GlobalLpPool, &kPoolInputs, {F32, F64, F16, BF16}},
+    {"", "LpPool", OpKind::LpPool, &kPoolInputs, {F32, F64, F16, BF16}},
+    {"com.microsoft", "QLinearAveragePool", OpKind::QLinearAveragePool, &kQLinearInputs, {U8, S8}},
+};
+
+std::atomic<uint64_t> g_calls[static_cast<int>(OpKind::Count)];
+
+// What ORT holds for one node: the kernel and the op it counts as.
+struct NodeKernel {
+  OpKind kind;
+  std::unique_ptr<OpKernel> kernel;
+};
+
+// An ORT custom op for one (op, element type) of the table.
+struct CustomOp : OrtCustomOp {
+  const OpDefinition* def;
+  ONNXTensorElementDataType type;
+
+  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t) : OrtCustomOp{}, def(d), type(t) {
+    version = ORT_API_VERSION;
+    GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
+    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };  // CPU
+    GetInputTypeCount = [](const OrtCustomOp* op) { return self(op).def->inputs->size(); };
+    GetInputType = [](const OrtCustomOp* op, size_t i) {
+      return (*self(op).def->inputs)[i].element_typed ? self(op).type : F32;
+    };
+    GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
+      return (*self(op).def->inputs)[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+    };
+    GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
+    GetOutputType = [](const OrtCustomOp* op, size_t) { return self(op).type; };
+    GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    // One kernel serves every opset of the op: version differences are handled inside it.
+    GetStartVersion = [](const OrtCustomOp*) { return 1; };
+    GetEndVersion = [](const OrtCustomOp*) { return INT_MAX; };
+    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
+      return guarded([&] {
+        const CustomOp& me = self(op);
+        *kernel = new NodeKernel{me.def->kind, create_kernel(me.def->kind, me.def->name, me.type, info)};
+      });
+    };
+    KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) {
+      return guarded([&] {
+        NodeKernel* node = static_cast<NodeKernel*>(kernel);
+        g_calls[static_cast<int>(node->kind)].fetch_add(1, std::memory_order_relaxed);
+        node->kernel->compute(ctx);
+      });
+    };
+    KernelDestroy = [](void* kernel) { delete static_cast<NodeKernel*>(kernel); };
+    InferOutputShapeFn = [](const OrtCustomOp* op, OrtShapeInferContext* ctx) -> OrtStatus* {
+      // Best effort: a model the kernel would reject still loads here, and the kernel names the problem.
+      try {
+        infer_output_shape(self(op).def->kind, self(op).def->name, ctx);
+      } catch (...) {
+      }
+      return nullptr;
+    };
+  }
+
+  static const CustomOp& self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
+};
+
+// Every (op, type) custom op, built once and alive for the life of the process.
+const std::vector<CustomOp>& all_custom_ops() {
+  static const std::vector<CustomOp> ops = [] {
+    std::vector<CustomOp> v;
+    for (const OpDefinition& def : kOps)
+      for (ONNXTensorElementDataType t : def.types) v.emplace_back(&def, t);
+    return v;
+  }();
+  return ops;
+}
+
+// Domains handed to sessions must outlive them; they are kept until the process ends.
+std::mutex g_domains_mutex;
+std::vector<OrtCustomOpDomain*> g_domains;
+
+constexpr const char* kOpsConfigKey = "onnx_pools.ops";
+
+// The ops this session takes over: all, or the comma-separated names in the session config entry.
+std::set<std::string> selected_ops(const OrtSessionOptions* options) {
+  std::set<std::string> all;
+  for (const OpDefinition& def : kOps) all.insert(def.name);
+  int has = 0;
+  check(g_ort->HasSessionConfigEntry(options, kOpsConfigKey, &has));
+  if (!has) return all;
+  size_t size = 0;
+  OrtStatus* probe = g_ort->GetSessionConfigEntry(options, kOpsConfigKey, nullptr, &size);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  std::string value(size, '\0');
+  check(g_ort->GetSessionConfigEntry(options, kOpsConfigKey, value.data(), &size));
+  value.resize(size > 0 ? size - 1 : 0);
+  std::set<std::string> chosen;
+  std::stringstream stream(value);
+  for (std::string name; std::getline(stream, name, ',');) {
+    const size_t b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    name = name.substr(b, e - b + 1);
+    if (!all.count(name)) fail("onnx-pools: session config '", kOpsConfigKey, "' names unknown op '", name, "'");
+    chosen.insert(name);
+  }
+  return chosen;
+}
+
+void register_ops(OrtSessionOptions* options) {
+  const std::set<std::string> chosen = selected_ops(options);
+  std::vector<std::string> domains;
+  for (const OpDefinition& def : kOps) {
+    if (chosen.count(def.name) && std::find(domains.begin(), domains.end(), def.domain) == domains.end()) {
+      domains.push_back(def.domain);
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_domains_mutex);
+  for (const std::string& name : domains) {
+    OrtCustomOpDomain* domain = nullptr;
+    check(g_ort->CreateCustomOpDomain(name.c_str(), &domain));
+    g_domains.push_back(domain);
+    for (const CustomOp& op : all_custom_ops()) {
+      if (op.def->domain == name && chosen.count(op.def->name)) {
+        check(g_ort->CustomOpDomain_Add(domain, const_cast<CustomOp*>(&op)));
+      }
+    }
+    check(g_ort->AddCustomOpDomain(options, domain));
+  }
+}
+
+}  // namespace
+
+}  // namespace onnx_pools
+
+using namespace onnx_pools;
+
+ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  if (api == nullptr) {
+    const OrtApi* oldest = api_base->GetApi(1);
+    return oldest ? oldest->CreateStatus(ORT_FAIL, "onnx-pools needs ONNX Runtime 1.21 or newer") : nullptr;
+  }
+  g_ort = api;
+  return guarded([&] { register_ops(options); });
+}
+
+ONNX_POOLS_EXPORT int onnx_pools_op_count() { return static_cast<int>(kOps.size()); }
+ONNX_POOLS_EXPORT const char* onnx_pools_op_name(int i) { return kOps.at(static_cast<size_t>(i)).name; }
+ONNX_POOLS_EXPORT const char* onnx_pools_op_domain(int i) { return kOps.at(static_cast<size_t>(i)).domain; }
+ONNX_POOLS_EXPORT uint64_t onnx_pools_call_count(int i) {
+  return g_calls[static_cast<int>(kOps.at(static_cast<size_t>(i)).kind)].load();
+}
+ONNX_POOLS_EXPORT void onnx_pools_reset_call_counts() {
+  for (auto& c : g_calls) c.store(0);
+}
+ONNX_POOLS_EXPORT const char* onnx_pools_isa() { return kernels().isa; }

@@ -1,0 +1,47 @@
+"""Builds csrc/ with CMake into a shared library placed inside the onnx_pools package."""
+import os
+import subprocess
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+class BuildWithCMake(build_ext):
+    def get_ext_filename(self, fullname):
+        # A plain shared library loaded by ONNX Runtime, not a Python extension module.
+        package, name = fullname.rsplit(".", 1)
+        return os.path.join(*package.split("."), name + ".so")
+
+    def build_extension(self, ext):
+        out_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DONNX_POOLS_OUTPUT_DIR={out_dir}"]
+        if os.environ.get("ONNXRUNTIME_INCLUDE_DIR"):
+            configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={os.environ['ONNXRUNTIME_INCLUDE_DIR']}")
+        subprocess.check_call(configure)
+        subprocess.check_call(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
+
+
+class PlatformWheel(bdist_wheel):
+    def finalize_options(self):
+        super().finalize_options()
+        self.root_is_pure = False
+
+    def get_tag(self):
+        # No Python C-API use: one wheel serves every Python 3 on this platform.
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+setup(
+    ext_modules=[Extension("onnx_pools.libonnx_pools", sources=[])],
+    cmdclass={"build_ext": BuildWithCMake, "bdist_wheel": PlatformWheel},
+)
