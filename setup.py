@@ -16,8 +16,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 class BuildWithCMake(build_ext):
     def get_ext_filename(self, fullname):
         # A plain shared library loaded by ONNX Runtime, not a Python extension module.
-        package, name = fullname.rsplit(".", 1)
-        return os.path.join(*package.split("."), name + ".so")
+        return os.path.join(*fullname.split(".")) + ".so"  # called with dotted and with bare names
 
     def build_extension(self, ext):
         out_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))

@@ -307,9 +307,10 @@ A* window_sums(const S* src, A* buf_a, A* buf_b, const PoolGeometry& g, int64_t 
   return spare;  // the buffer written last
 }
 
-// Visits the elements of one window of an NC plane (positions outside the input skipped).
-template <class T, class F>
-void visit_window(const T* plane, const PoolGeometry& g, int64_t out_index, int64_t* index, F&& f) {
+// Calls f(offset) for the in-bounds positions of one window, in row-major order (last axis fastest); offset
+// is the linear position in the input's spatial plane. `index` is scratch for 2 * rank values.
+template <class F>
+void visit_window(const PoolGeometry& g, int64_t out_index, int64_t* index, F&& f) {
   const size_t rank = g.axes.size();
   int64_t* start = index;  // per axis: first input position of the window
   int64_t* k = index + rank;
@@ -327,7 +328,7 @@ void visit_window(const T* plane, const PoolGeometry& g, int64_t out_index, int6
       inside = pos >= 0 && pos < g.axes[a].in;
       offset = offset * g.axes[a].in + pos;
     }
-    if (inside) f(static_cast<double>(to_acc<AccOf<T>>(plane[offset])));
+    if (inside) f(offset);
     size_t a = rank;
     while (a-- > 0) {
       if (++k[a] < g.axes[a].kernel) break;
@@ -370,7 +371,10 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     if (!all_trusted) {
       for (int64_t i = 0; i < g.out_size; ++i) {
         if (lp_sum_trusted<A>(sums[i])) continue;
-        roots[i] = static_cast<A>(lp_scaled([&](auto&& f) { visit_window(xp, g, i, index, f); }, lp));
+        auto window = [&](auto&& f) {
+          visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
+        };
+        roots[i] = static_cast<A>(lp_scaled(window, lp));
       }
     }
     store_block(roots, yp, g.out_size);
@@ -388,16 +392,39 @@ inline double round_half_even(double v) {  // |v| < 2^51
   return (v + magic) - magic;
 }
 
-// I: integer window sums; F: float type of the requantisation (exact for the sums I can hold).
+// y + y_zero_point before rounding, computed as ONNX Runtime's own kernel does: dequantise each element in float,
+// add them in row-major window order, divide by the count, divide by y_scale. Used only for values within
+// rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the useful answer.
+template <class Q>
+double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
+                       const QLinearParams& q, int64_t* index) {
+  float sum = 0;
+  int64_t valid = 0;
+  visit_window(g, out_index, index, [&](int64_t offset) {
+    const float element = q.x_scale * static_cast<float>(static_cast<int32_t>(x[offset * channels + c]) - q.x_zero_point);
+    sum += element;
+    ++valid;
+  });
+  const int64_t count = q.count_include_pad ? g.kernel_size : valid;
+  sum /= static_cast<float>(count);
+  return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
+}
+
+// I: integer window sums; F: floating type of the requantisation.
 template <class Q, class I, class F>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
   const size_t rank = g.axes.size();
   const int64_t scratch = g.largest_intermediate * channels;  // checked by the op
   const int64_t out_last = g.axes[rank - 1].out;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(F) * static_cast<size_t>(out_last));
+  const int64_t row_size = out_last * channels;
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(F) * static_cast<size_t>(row_size) +
+                       (sizeof(F) + sizeof(I)) * static_cast<size_t>(out_last) + sizeof(int64_t) * 2 * rank);
   I* buf_a = memory.as<I>();
   I* buf_b = buf_a + scratch;
-  F* scale = reinterpret_cast<F*>(buf_b + scratch);
+  I* zero_sum = buf_b + scratch;  // per output position of a row: x_zero_point * elements in the window
+  F* scale = reinterpret_cast<F*>(zero_sum + out_last);  // per position: x_scale / (y_scale * count)
+  F* values = scale + out_last;
+  int64_t* index = reinterpret_cast<int64_t*>(values + row_size);
   constexpr F qmin = static_cast<F>(std::numeric_limits<Q>::min());
   constexpr F qmax = static_cast<F>(std::numeric_limits<Q>::max());
   const F y_zero = static_cast<F>(q.y_zero_point);
@@ -410,7 +437,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     Q* yu = y + u * g.out_size * channels;
     const I* sums = window_sums(xu, buf_a, buf_b, g, channels);
     for (int64_t row = 0; row < rows; ++row) {
-      // Elements in the window = product over axes of the in-bounds positions.
+      // Elements in a window = product over axes of its in-bounds positions.
       int64_t lead_valid = 1;
       for (int64_t r = row, a = static_cast<int64_t>(rank) - 2; a >= 0; --a) {
         lead_valid *= g.axes[a].valid_count(r % g.axes[a].out);
@@ -419,32 +446,50 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       for (int64_t j = 0; j < out_last; ++j) {
         const int64_t valid = lead_valid * last.valid_count(j);
         const int64_t count = q.count_include_pad ? g.kernel_size : valid;
+        zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
         scale[j] = count == 0 ? F(0) : static_cast<F>(ratio / static_cast<double>(count));
       }
-      const I* s = sums + row * out_last * channels;
-      Q* yr = yu + row * out_last * channels;
-      for (int64_t j = 0; j < out_last; ++j) {
-        const int64_t valid = lead_valid * last.valid_count(j);
-        const I zero_sum = static_cast<I>(q.x_zero_point * valid);
-        const F sc = scale[j];
-        const I* sj = s + j * channels;
-        Q* yj = yr + j * channels;
-        for (int64_t c = 0; c < channels; ++c) {
-          F v = static_cast<F>(sj[c] - zero_sum) * sc + y_zero;
-          v = min_of(max_of(v, qmin), qmax);
-          yj[c] = static_cast<Q>(static_cast<int32_t>(round_half_even(v)));
+      const I* s = sums + row * row_size;
+      if (channels == 1) {
+        for (int64_t j = 0; j < out_last; ++j) values[j] = static_cast<F>(s[j] - zero_sum[j]) * scale[j] + y_zero;
+      } else {
+        for (int64_t j = 0; j < out_last; ++j) {
+          const I zs = zero_sum[j];
+          const F sc = scale[j];
+          for (int64_t c = 0; c < channels; ++c) {
+            values[j * channels + c] = static_cast<F>(s[j * channels + c] - zs) * sc + y_zero;
+          }
         }
+      }
+      bool near_tie = false;
+      for (int64_t i = 0; i < row_size; ++i) {
+        const F distance = values[i] - std::floor(values[i]) - F(0.5);
+        near_tie |= (distance < F(1e-4)) & (distance > F(-1e-4));
+      }
+      if (near_tie) {
+        for (int64_t i = 0; i < row_size; ++i) {
+          const F distance = values[i] - std::floor(values[i]) - F(0.5);
+          if (distance < F(1e-4) && distance > F(-1e-4)) {
+            values[i] = static_cast<F>(ort_float_value(xu, g, channels, i % channels, row * out_last + i / channels, q, index));
+          }
+        }
+      }
+      // round(avg / y_scale + y_zero_point) half to even, saturated (clamping first is the same: whole bounds).
+      Q* yr = yu + row * row_size;
+      for (int64_t i = 0; i < row_size; ++i) {
+        yr[i] = static_cast<Q>(static_cast<int32_t>(round_half_even(min_of(max_of(values[i], qmin), qmax))));
       }
     }
   }
 }
 
-// Window sums of up to 65536 bytes fit int32 and are exact in float; larger kernels take int64 and double.
+// Window sums of up to 2^23 bytes fit int32; larger kernels take int64. Requantisation is in double: a float
+// product misplaces values within ~1e-7 of a rounding tie, which real scales hit often.
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
-  if (g.kernel_size <= 65536) {
-    qlinear_pool<Q, int32_t, float>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+  if (g.kernel_size <= (1 << 23)) {
+    qlinear_pool<Q, int32_t, double>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
   } else {
     qlinear_pool<Q, int64_t, double>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
   }
