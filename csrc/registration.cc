@@ -94,7 +94,7 @@ struct CustomOp : OrtCustomOp {
     GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
     // One kernel serves every opset of the op: version differences are handled inside it.
-    GetStartVersion = [](const OrtCustomOp*) { return 1; };
+    GetStartVersion = [](const OrtCustomOp*) { return 0; };
     GetEndVersion = [](const OrtCustomOp*) { return INT_MAX; };
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
       return guarded([&] {
