@@ -283,6 +283,8 @@ class QLinearAveragePool final : public OpKernel {
   bool count_include_pad_, channels_last_;
 };
 
+std::atomic<uint64_t> g_unknown_dims{0};
+
 // ---- shape inference ------------------------------------------------------------------------------------------------
 
 void set_output_shape(OrtShapeInferContext* ctx, ONNXTensorElementDataType type, const std::vector<int64_t>& dims,
@@ -355,6 +357,8 @@ void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* 
       const bool spatial = i >= first && i < first + (rank - 2);
       if (spatial) {
         dims[i] = infer_output_dim(pool, i - first, x.shape[i], op_name);
+        // ORT stores an unnamed dim as its value: an unknown one needs a name, unique so no two are taken as equal.
+        if (dims[i] < 0) out_names[i] = "onnx_pools_unk_" + std::to_string(g_unknown_dims.fetch_add(1));
       } else {
         out_names[i] = names[i];
       }

@@ -61,8 +61,8 @@ AxisGeometry compute_axis(const PoolAttributes& a, size_t axis, int64_t in, cons
   }
   const int64_t span = padded - extent;
   g.out = span / g.stride + 1;
-  if (a.ceil_mode && span % g.stride != 0) {
-    g.out += 1;
+  if (a.ceil_mode) {
+    if (span % g.stride != 0) g.out += 1;
     // The last window must start inside the input or the left padding, never in the right padding.
     int64_t last_start;
     if (__builtin_mul_overflow(g.out - 1, g.stride, &last_start) || last_start >= in + g.pad_begin) g.out -= 1;

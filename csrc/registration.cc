@@ -140,19 +140,27 @@ std::vector<OrtCustomOpDomain*> g_domains;
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
 
-// The ops this session takes over: all, or the comma-separated names in the session config entry.
+// The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
+// names, in the session config entry also takes com.microsoft's: ORT registers a custom op domain at opset
+// version 1000, and a model that does not import com.microsoft then gets that version, under which ORT's own
+// com.microsoft fusions (FusedConv, ...) no longer resolve. Models that use QLinearAveragePool import the domain
+// and are unaffected.
 std::set<std::string> selected_ops(const OrtSessionOptions* options) {
-  std::set<std::string> all;
-  for (const OpDefinition& def : kOps) all.insert(def.name);
+  std::set<std::string> all, standard;
+  for (const OpDefinition& def : kOps) {
+    all.insert(def.name);
+    if (std::string(def.domain).empty()) standard.insert(def.name);
+  }
   int has = 0;
   check(g_ort->HasSessionConfigEntry(options, kOpsConfigKey, &has));
-  if (!has) return all;
+  if (!has) return standard;
   size_t size = 0;
   OrtStatus* probe = g_ort->GetSessionConfigEntry(options, kOpsConfigKey, nullptr, &size);
   if (probe != nullptr) g_ort->ReleaseStatus(probe);
   std::string value(size, '\0');
   check(g_ort->GetSessionConfigEntry(options, kOpsConfigKey, value.data(), &size));
   value.resize(size > 0 ? size - 1 : 0);
+  if (value == "all") return all;
   std::set<std::string> chosen;
   std::stringstream stream(value);
   for (std::string name; std::getline(stream, name, ',');) {

@@ -50,20 +50,36 @@ def _ops():
             for i in range(lib.onnx_pools_op_count())]
 
 
-def session_options(so=None, *, ops=None):
+def session_options(so=None, *, ops=None, model=None):
     """Register the library into `so` (a new onnxruntime.SessionOptions when None) and return it.
 
-    ops: names of the ops the library takes over (default: all of OPS); the others keep ORT's kernels.
+    ops: "all", or names of the ops the library takes over; the others keep ORT's kernels.
+    Default: the standard-domain pools (GlobalAveragePool, GlobalMaxPool, GlobalLpPool, LpPool), plus
+    com.microsoft.QLinearAveragePool when `model` (a path, bytes or ModelProto) imports the com.microsoft domain.
+    Why not always: ORT registers a library's custom domain at opset 1000, which breaks its own com.microsoft
+    fusions (FusedConv, ...) in models that do not import com.microsoft themselves.
     """
     import onnxruntime
 
     if so is None:
         so = onnxruntime.SessionOptions()
+    if ops is None and model is not None and _imports_com_microsoft(model):
+        ops = "all"
     if ops is not None:
-        ops = [ops] if isinstance(ops, str) else list(ops)
-        so.add_session_config_entry(OPS_CONFIG_KEY, ",".join(ops))
+        ops = ops if isinstance(ops, str) else ",".join(ops)
+        so.add_session_config_entry(OPS_CONFIG_KEY, ops)
     so.register_custom_ops_library(get_library_path())
     return so
+
+
+def _imports_com_microsoft(model):
+    import onnx
+
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    elif not isinstance(model, onnx.ModelProto):
+        model = onnx.load(os.fspath(model), load_external_data=False)
+    return any(opset.domain == "com.microsoft" for opset in model.opset_import)
 
 
 def call_counts():

@@ -88,7 +88,7 @@ def build_model(x_shape, dtype, attrs, params, zp_mode="both", sources=None, sca
 
 
 def lib_session(model, threads=1):
-    so = onnx_pools.session_options()
+    so = onnx_pools.session_options(model=model)  # imports com.microsoft, so QLinearAveragePool is taken
     so.intra_op_num_threads = threads
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 

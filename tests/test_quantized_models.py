@@ -94,7 +94,7 @@ def inputs(n=4, seed=99):
 
 
 def lib_session(model, threads=1):
-    so = onnx_pools.session_options()
+    so = onnx_pools.session_options(model=model)  # imports com.microsoft, so QLinearAveragePool is taken
     so.intra_op_num_threads = threads
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 

@@ -1,0 +1,354 @@
+"""onnx-pools benchmark: the library's kernels vs stock ONNX Runtime vs PyTorch.
+
+    python bench/bench.py [--threads 1,2] [--quick] [--cases SUBSTR[,SUBSTR]] [--json FILE] [--markdown FILE]
+    python -m onnx_pools bench [same options]
+
+Each case is a one-node ONNX model.  It is timed
+  * lib:   with the onnx_pools library registered (onnx_pools.session_options()); the library's call counter is
+           checked to have moved once per run,
+  * stock: the same model in a plain onnxruntime session,
+  * torch: the nearest PyTorch call, where there is one,
+at each intra-op thread count (ORT: intra_op_num_threads = t, inter_op_num_threads = 1, sequential execution;
+torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Time = median of
+N runs after warm-up, N chosen so that a measurement takes about 1 s (0.2 s with --quick).
+GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median time
+of numpy.sum (one thread) and torch.sum (t threads) over a float32 array larger than the caches; the faster counts.
+Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+try:
+    import onnx_pools
+except ImportError:  # run as a script from a checkout
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import onnx_pools
+
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # torch columns become "-"
+    torch = None
+
+OPSET = 18
+IR_VERSION = 9
+
+
+@dataclass
+class Case:
+    label: str
+    op: str
+    dtype: str  # float32 | float16 | uint8
+    shape: tuple
+    attrs: dict = field(default_factory=dict)
+    nonneg: bool = False  # feed |x| (torch's lp_pool2d sums x^p with its sign)
+    torch_fn: object = None  # callable(tensor) -> tensor, or None
+    torch_desc: str = ""
+
+    def name(self, shape=None):
+        return f"{self.label} {'x'.join(map(str, shape or self.shape))}"
+
+
+def _lp_pool_padded(p, k, s, pad):
+    # F.lp_pool2d has no padding argument; this is its own formula with avg_pool2d's zero padding.
+    def fn(x):
+        return F.avg_pool2d(x.pow(p), k, s, padding=pad, count_include_pad=True).mul(k * k).pow(1.0 / p)
+    return fn
+
+
+def make_cases():
+    t = torch is not None
+    return [
+        Case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (32, 64, 112, 112),
+             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
+        Case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 2048, 7, 7),
+             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
+        Case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (8, 256, 56, 56),
+             torch_fn=(lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None,
+             torch_desc="amax(dim=(2,3))"),
+        Case("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (8, 256, 56, 56), {"p": 2},
+             torch_fn=(lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
+             torch_desc="linalg.vector_norm(dim=(2,3))"),
+        Case("LpPool 3x3 s1 pad1 p=2 f32", "LpPool", "float32", (8, 64, 56, 56),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2},
+             torch_fn=_lp_pool_padded(2, 3, 1, 1) if t else None,
+             torch_desc="avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)"),
+        Case("LpPool 2x2 s2 p=3 f32", "LpPool", "float32", (8, 64, 112, 112),
+             {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}, nonneg=True,
+             torch_fn=(lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, torch_desc="lp_pool2d (input >= 0)"),
+        Case("QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (8, 64, 56, 56),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 0}),
+        Case("QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (8, 56, 56, 64),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 1}),
+        Case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
+             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None,
+             torch_desc="adaptive_avg_pool2d (half)"),
+    ]
+
+
+_ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8}
+
+
+def build_model(case, shape):
+    T = _ONNX_TYPES[case.dtype]
+    inits = []
+    opsets = [helper.make_opsetid("", OPSET)]
+    if case.op == "QLinearAveragePool":
+        # both zero points given: stock ORT fails type inference without them
+        inputs = ["X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"]
+        inits = [numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
+                 numpy_helper.from_array(np.array(128, np.uint8), "x_zero_point"),
+                 numpy_helper.from_array(np.array(0.015, np.float32), "y_scale"),
+                 numpy_helper.from_array(np.array(120, np.uint8), "y_zero_point")]
+        node = helper.make_node(case.op, inputs, ["Y"], domain="com.microsoft", **case.attrs)
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    else:
+        node = helper.make_node(case.op, ["X"], ["Y"], **case.attrs)
+    graph = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", T, list(shape))],
+                              [helper.make_tensor_value_info("Y", T, None)], initializer=inits)
+    m = helper.make_model(graph, opset_imports=opsets)
+    m.ir_version = IR_VERSION
+    return m.SerializeToString()
+
+
+def make_input(case, shape, rng):
+    if case.dtype == "uint8":
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    x = rng.standard_normal(size=shape, dtype=np.float32)
+    if case.nonneg:
+        np.abs(x, out=x)
+    return x.astype(case.dtype, copy=False)
+
+
+def small_shape(shape):
+    return tuple(1 if i == 0 else min(d, 8) for i, d in enumerate(shape))
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def time_fn(fn, target, min_runs, max_runs=5000):
+    """(median seconds, number of calls made) after warm-up; N adapted to take about `target` seconds."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    n = int(min(max_runs, max(min_runs, round(target / max(first, 1e-7)))))
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), n + 2
+
+
+def ort_session(model, library, threads):
+    so = onnx_pools.session_options(model=model) if library else ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def bound_runner(sess, x):
+    """IOBinding with pre-created input and output OrtValues; returns (run function, output array)."""
+    xin = ort.OrtValue.ortvalue_from_numpy(x)
+    y0 = sess.run(None, {"X": x})[0]
+    y = np.empty_like(y0)
+    yv = ort.OrtValue.ortvalue_from_numpy(y)
+    b = sess.io_binding()
+    b.bind_ortvalue_input("X", xin)
+    b.bind_ortvalue_output("Y", yv)
+    keep = (xin, yv, b)  # keep OrtValues alive
+
+    def run():
+        sess.run_with_iobinding(b)
+        return keep
+
+    return run, y
+
+
+def read_ceiling(threads, target, quick):
+    """GB/s of a plain read: numpy.sum (1 thread) and torch.sum (threads) over a large float32 array."""
+    n = (16 if quick else 48) * 1024 * 1024
+    a = np.ones(n, dtype=np.float32)
+    res = {}
+    t, _ = time_fn(lambda: a.sum(), target, 5)
+    res["numpy_sum_1thread"] = a.nbytes / t / 1e9
+    if torch is not None:
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        ta = torch.from_numpy(a)
+        t, _ = time_fn(lambda: ta.sum(), target, 5)
+        torch.set_num_threads(old)
+        res[f"torch_sum_{threads}threads"] = a.nbytes / t / 1e9
+    res["ceiling"] = max(v for k, v in res.items())
+    return res
+
+
+def compare(y_lib, y_stock):
+    if y_lib.shape != y_stock.shape:
+        return float("inf")
+    if y_lib.size == 0:
+        return 0.0
+    if y_lib.dtype.kind in "iu":
+        return float(np.max(np.abs(y_lib.astype(np.int64) - y_stock.astype(np.int64))))
+    a, b = y_lib.astype(np.float64), y_stock.astype(np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def bench_case(case, shape, threads, target, min_runs, rng):
+    x = make_input(case, shape, rng)
+    model = build_model(case, shape)
+    nbytes = x.nbytes
+    r = {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
+         "attrs": case.attrs, "threads": threads, "bytes_read": nbytes, "torch_call": case.torch_desc or None}
+    # library
+    sess = ort_session(model, True, threads)
+    run, y_lib = bound_runner(sess, x)
+    before = onnx_pools.call_counts()[case.op]
+    t, calls = time_fn(run, target, min_runs)
+    moved = onnx_pools.call_counts()[case.op] - before
+    r.update(lib_ms=t * 1e3, lib_runs=calls - 2, lib_kernel_calls=moved, lib_kernel_ok=(moved == calls))
+    del sess, run
+    # stock ORT
+    try:
+        sess = ort_session(model, False, threads)
+        run, y_stock = bound_runner(sess, x)
+        t, calls = time_fn(run, target, min_runs)
+        r.update(stock_ms=t * 1e3, stock_runs=calls - 2, max_diff_vs_stock=compare(y_lib, y_stock))
+        del sess, run
+    except Exception as e:
+        r.update(stock_ms=None, stock_error=str(e).splitlines()[0][:200], max_diff_vs_stock=None)
+    # torch
+    r["torch_ms"] = None
+    if case.torch_fn is not None:
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            xt = torch.from_numpy(x)
+            with torch.inference_mode():
+                t, calls = time_fn(lambda: case.torch_fn(xt), target, min_runs)
+            r.update(torch_ms=t * 1e3, torch_runs=calls - 2)
+        finally:
+            torch.set_num_threads(old)
+    for k in ("lib", "stock", "torch"):
+        ms = r.get(f"{k}_ms")
+        r[f"{k}_GBps"] = nbytes / (ms * 1e-3) / 1e9 if ms else None
+    r["speedup_vs_stock"] = r["stock_ms"] / r["lib_ms"] if r.get("stock_ms") else None
+    r["speedup_vs_torch"] = r["torch_ms"] / r["lib_ms"] if r.get("torch_ms") else None
+    return r
+
+
+# ------------------------------------------------------------------------------------------------ output
+def _f(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
+def markdown(env, ceilings, results):
+    lines = [f"onnx_pools {env['onnx_pools']} (ISA {env['isa']}), onnxruntime {env['onnxruntime']}, "
+             f"torch {env['torch']}, numpy {env['numpy']}; CPU: {env['cpu']} ({env['cpus']} logical CPUs)", ""]
+    for t, c in sorted(ceilings.items()):
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in c.items() if k != "ceiling")
+        lines.append(f"read-bandwidth ceiling at {t} thread(s): {c['ceiling']:.1f} GB/s ({parts})")
+    lines += ["", "| case | threads | lib ms | stock ms | torch ms | speed-up vs stock | speed-up vs torch "
+              "| lib GB/s | stock GB/s | torch GB/s | lib % of ceiling | lib kernel ran | max diff vs stock |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        ceil = ceilings[r["threads"]]["ceiling"]
+        stock = _f(r.get("stock_ms"), ".3f") if r.get("stock_ms") else "fails"
+        lines.append(
+            f"| {r['case']} | {r['threads']} | {r['lib_ms']:.3f} | {stock} | {_f(r.get('torch_ms'), '.3f')} "
+            f"| {_f(r['speedup_vs_stock'], '.2f')} | {_f(r['speedup_vs_torch'], '.2f')} "
+            f"| {_f(r['lib_GBps'], '.1f')} | {_f(r['stock_GBps'], '.1f')} | {_f(r['torch_GBps'], '.1f')} "
+            f"| {100 * r['lib_GBps'] / ceil:.0f}% | {'yes' if r['lib_kernel_ok'] else 'NO'} "
+            f"| {_f(r.get('max_diff_vs_stock'), '.2g')} |")
+    lines += ["", "speed-up = other time / lib time (> 1: the library is faster). GB/s = input bytes / median time. "
+              "max diff vs stock: relative to max |stock| (float), in quantization steps (uint8).",
+              "torch calls: " + "; ".join(sorted({f"{r['case'].rsplit(' ', 1)[0]}: {r['torch_call']}"
+                                                   for r in results if r.get("torch_call")}))]
+    return "\n".join(lines) + "\n"
+
+
+def environment():
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"onnx_pools": onnx_pools.__version__, "isa": onnx_pools.active_isa(), "onnxruntime": ort.__version__,
+            "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
+            "python": platform.python_version(), "cpu": cpu, "cpus": os.cpu_count()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m onnx_pools bench", description="onnx-pools benchmark (library vs stock ORT vs torch)")
+    ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
+    ap.add_argument("--quick", action="store_true", help="fewer runs (about 0.2 s per measurement)")
+    ap.add_argument("--cases", help="comma-separated substrings; run the cases whose name contains one")
+    ap.add_argument("--small", action="store_true", help="shrink every shape to at most 1x8x8x8 (smoke tests)")
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    ap.add_argument("--markdown", metavar="FILE", help="write the markdown table to FILE too")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = ap.parse_args(argv)
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+        if not threads or min(threads) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --threads {args.threads}: expected e.g. 1,2", file=sys.stderr)
+        return 2
+    cases = make_cases()
+    names = [c.name(small_shape(c.shape) if args.small else None) for c in cases]
+    if args.cases:
+        subs = [s.strip().lower() for s in args.cases.split(",") if s.strip()]
+        keep = [i for i, n in enumerate(names) if any(s in n.lower() for s in subs)]
+        cases, names = [cases[i] for i in keep], [names[i] for i in keep]
+    if args.list or not cases:
+        print("\n".join(names) if cases else f"error: no case matches {args.cases!r}",
+              file=sys.stdout if cases else sys.stderr)
+        return 0 if cases else 2
+    target, min_runs = (0.2, 3) if args.quick else (1.0, 5)
+    env = environment()
+    ceilings = {t: read_ceiling(t, target, args.quick) for t in threads}
+    rng = np.random.default_rng(0)
+    results = []
+    for c in cases:
+        shape = small_shape(c.shape) if args.small else c.shape
+        for t in threads:
+            print(f"  {c.name(shape)}, {t} thread(s) ...", file=sys.stderr, flush=True)
+            results.append(bench_case(c, shape, t, target, min_runs, rng))
+    md = markdown(env, ceilings, results)
+    print(md)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "read_ceiling_GBps": {str(k): v for k, v in ceilings.items()},
+                       "results": results}, f, indent=1)
+    bad = [r["case"] for r in results if not r["lib_kernel_ok"]]
+    if bad:
+        print("error: the library's kernel did not run (call counter) for: " + ", ".join(bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from onnx_pools.cli import main
+
+sys.exit(main())

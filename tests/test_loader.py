@@ -1,0 +1,216 @@
+"""The Python loader: library path, version, op selection, call counters, forced ISA."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnx_pools
+import reference as R
+from conftest import IR_VERSION, make_session, run_op
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(TESTS_DIR)
+ALL_OPS = {"GlobalAveragePool": "", "GlobalMaxPool": "", "GlobalLpPool": "", "LpPool": "",
+           "QLinearAveragePool": "com.microsoft"}
+
+
+def test_library_path_exists():
+    path = onnx_pools.get_library_path()
+    assert isinstance(path, str) and os.path.isfile(path), path
+    assert os.path.basename(path).startswith("libonnx_pools") and ".so" in os.path.basename(path)
+
+
+def test_version():
+    assert onnx_pools.__version__ == "0.1.0"
+
+
+def test_ops_and_call_counts_names():
+    assert dict(onnx_pools.OPS) == ALL_OPS
+    counts = onnx_pools.call_counts()
+    assert set(counts) == set(ALL_OPS)
+    assert all(isinstance(v, int) and v >= 0 for v in counts.values())
+
+
+def test_active_isa_value():
+    assert onnx_pools.active_isa() in ("avx512", "avx2", "portable")
+
+
+def test_session_options_registers_into_given_object():
+    so = ort.SessionOptions()
+    out = onnx_pools.session_options(so)
+    assert out is so
+    x = R.to_dtype(np.random.default_rng(0).standard_normal([2, 3, 4, 5]), "float64")  # no ORT double kernel
+    from conftest import counts_one_run, make_model, run_session
+
+    sess = ort.InferenceSession(make_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5]).SerializeToString(),
+                                so, providers=["CPUExecutionProvider"])
+    with counts_one_run("GlobalAveragePool"):
+        (y,) = run_session(sess, {"X": x})
+    R.assert_close(y, R.global_average_pool(x), "float64", R.input_scale(x))
+
+
+def _two_op_model(opset=13):
+    T = TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", ["X"], ["A"], name="gap"),
+         helper.make_node("GlobalMaxPool", ["X"], ["M"], name="gmp")],
+        "g", [helper.make_tensor_value_info("X", T, [2, 3, 5, 6])],
+        [helper.make_tensor_value_info("A", T, None), helper.make_tensor_value_info("M", T, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = IR_VERSION
+    return m
+
+
+@pytest.mark.parametrize("opset", [13, 22])
+@pytest.mark.parametrize("selected", ["GlobalMaxPool", "GlobalAveragePool"])
+def test_ops_selection(selected, opset):
+    other = "GlobalAveragePool" if selected == "GlobalMaxPool" else "GlobalMaxPool"
+    sess = make_session(_two_op_model(opset), ops=[selected])
+    x = R.to_dtype(np.random.default_rng(1).standard_normal([2, 3, 5, 6]), "float32")
+    before = onnx_pools.call_counts()
+    a, m = sess.run(None, {"X": x})
+    after = onnx_pools.call_counts()
+    assert after[selected] == before[selected] + 1, "selected op did not run on the library"
+    assert after[other] == before[other], "unselected op ran on the library"
+    R.assert_close(a, R.global_average_pool(x), "float32", R.input_scale(x))
+    np.testing.assert_array_equal(m, R.global_max_pool(x).astype(np.float32))
+
+
+def test_ops_selection_all_by_default():
+    sess = make_session(_two_op_model())
+    x = R.to_dtype(np.random.default_rng(2).standard_normal([2, 3, 5, 6]), "float32")
+    before = onnx_pools.call_counts()
+    sess.run(None, {"X": x})
+    after = onnx_pools.call_counts()
+    assert after["GlobalMaxPool"] == before["GlobalMaxPool"] + 1
+    assert after["GlobalAveragePool"] == before["GlobalAveragePool"] + 1
+
+
+def test_reset_call_counts():
+    x = R.to_dtype(np.ones([1, 2, 3, 3]), "float32")
+    run_op("GlobalMaxPool", 13, "float32", x)
+    assert onnx_pools.call_counts()["GlobalMaxPool"] >= 1
+    onnx_pools.reset_call_counts()
+    assert all(v == 0 for v in onnx_pools.call_counts().values()), onnx_pools.call_counts()
+    run_op("GlobalMaxPool", 13, "float32", x)
+    assert onnx_pools.call_counts()["GlobalMaxPool"] == 1
+
+
+def test_counts_every_run():
+    x = R.to_dtype(np.ones([1, 2, 3, 3]), "float32")
+    _, sess = run_op("LpPool", 22, "float32", x, {"kernel_shape": [2, 2]})
+    before = onnx_pools.call_counts()["LpPool"]
+    for _ in range(3):
+        sess.run(None, {"X": x})
+    assert onnx_pools.call_counts()["LpPool"] == before + 3
+
+
+# --------------------------------------------------------------------------- forced ISA (subprocess)
+
+ISA_SCRIPT = r"""
+import os, sys, traceback
+import numpy as np
+import onnx_pools
+import reference as R
+from conftest import ALL_DTYPES, rng_for, run_op
+from test_lppool import gen_case, random_x
+
+isa = os.environ["ONNX_POOLS_ISA"]
+assert onnx_pools.active_isa() == isa, f"active_isa() = {onnx_pools.active_isa()!r}, forced {isa!r}"
+n = 0
+failures = []
+
+
+def check(fn, what):
+    global n
+    n += 1
+    try:
+        fn()
+    except Exception as e:  # collect them all, report at the end
+        failures.append(f"{what}: {type(e).__name__}: {e}")
+
+
+def exact_max(x, dtype):
+    y, _ = run_op("GlobalMaxPool", 22, dtype, x)
+    np.testing.assert_array_equal(R.to_f64(y), R.to_f64(R.to_dtype(R.global_max_pool(x), dtype)))
+
+
+def close(op, opset, dtype, x, attrs, ref, scale):
+    y, _ = run_op(op, opset, dtype, x, attrs)
+    R.assert_close(y, ref, dtype, scale, f"{op}-{opset} {attrs}")
+
+
+for dtype in ALL_DTYPES:
+    rng = rng_for("isa", isa, dtype)
+    for shape in ([2, 3, 5, 7], [1, 2, 33], [2, 3, 16, 16], [1, 1, 3, 4, 5], [3, 5, 1, 1], [2, 17, 9, 11],
+                  [1, 2, 127], [1, 3, 2, 2, 2, 3]):
+        x = R.to_dtype(rng.standard_normal(shape) * 2 + 0.5, dtype)
+        sc = R.input_scale(x)
+        what = f"{dtype} {shape}"
+        check(lambda: close("GlobalAveragePool", 22, dtype, x, {}, R.global_average_pool(x), sc), "GAP " + what)
+        check(lambda: exact_max(x, dtype), "GMP " + what)
+        for p in (1, 2, 3):
+            check(lambda: close("GlobalLpPool", 22, dtype, x, {"p": p}, R.global_lp_pool(x, p), sc), f"GLP p={p} " + what)
+        check(lambda: close("GlobalLpPool", 1, dtype, x, {"p": 1.5}, R.global_lp_pool(x, 1.5), sc), "GLP-1 p=1.5 " + what)
+    # NaN at the last element of an odd-length channel, inf elsewhere
+    x = rng.standard_normal([2, 3, 33])
+    x[0, 1, 32] = np.nan
+    x[1, 2, 0] = np.inf
+    x = R.to_dtype(x, dtype)
+    for op, ref in (("GlobalMaxPool", R.global_max_pool(x)), ("GlobalAveragePool", R.global_average_pool(x)),
+                    ("GlobalLpPool", R.global_lp_pool(x, 2))):
+        check(lambda: close(op, 22, dtype, x, {}, ref, 3.0), f"{op} NaN/inf {dtype}")
+    for opset in (1, 11, 18, 22):
+        for i in range(6):
+            attrs, ref_kwargs, shape = gen_case(rng, opset)
+            x = random_x(rng, shape, dtype)
+            check(lambda: close("LpPool", opset, dtype, x, attrs, R.lp_pool(x, **ref_kwargs), R.input_scale(x)),
+                  f"LpPool-{opset} {dtype} shape={shape}")
+# float32 accuracy on 1M elements per channel
+rng = np.random.default_rng(5)
+for name, x in (("uniform(1,2)", rng.uniform(1, 2, (1, 2, 1000, 1000))), ("constant 0.1", np.full((1, 2, 1000, 1000), 0.1))):
+    x = x.astype(np.float32)
+    for op, p, ref in (("GlobalAveragePool", None, R.global_average_pool(x)), ("GlobalLpPool", 1, R.global_lp_pool(x, 1)),
+                       ("GlobalLpPool", 2, R.global_lp_pool(x, 2))):
+        def acc():
+            y, _ = run_op(op, 22, "float32", x, {"p": p} if p else {})
+            err = float(np.max(np.abs(y - ref) / np.abs(ref)))
+            assert err <= 1e-5, f"relative error {err:.3g} > 1e-5"
+        check(acc, f"{op} p={p} 1M float32 {name}")
+if failures:
+    print(f"{len(failures)} of {n} checks failed:")
+    print("\n".join(failures[:40]))
+    sys.exit(1)
+print("ISA-CHECK-OK", isa, n)
+"""
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2"])
+def test_forced_isa_subprocess(isa):
+    if isa == "avx2" and not {"avx2", "fma", "f16c"} <= _cpu_flags():
+        pytest.skip("CPU without AVX2/FMA/F16C")
+    env = dict(os.environ)
+    env["ONNX_POOLS_ISA"] = isa
+    env["PYTHONPATH"] = os.pathsep.join([REPO_DIR, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], cwd=TESTS_DIR, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, f"forced ISA {isa} failed:\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
+    m = re.search(r"ISA-CHECK-OK (\w+) (\d+)", r.stdout)
+    assert m and m.group(1) == isa and int(m.group(2)) > 250, r.stdout

@@ -1,0 +1,183 @@
+"""Every bundled model (models/*.onnx) runs with the library, its pooling nodes are served by the library's kernels,
+and the results are right:
+
+* each pooling node's output is compared with a float64 numpy reference computed from that node's actual input
+  (both exposed as extra graph outputs), with the tolerance of the node's element type;
+* where stock ONNX Runtime can run the model, the model's outputs match stock ORT's;
+* the float16 / bfloat16 / float64 variants of a model agree with the float32 variant run by stock ORT (same
+  weights), which checks the models themselves.
+"""
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import onnx_pools
+from conftest import make_session
+from onnx_pools import cli
+from reference import BF16, global_average_pool, global_lp_pool, global_max_pool, input_scale, lp_pool, to_f64
+from reference_qlinear import near_tie, qlinear_average_pool
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MODEL_FILES = sorted(MODELS_DIR.glob("*.onnx"))
+IDS = [p.name for p in MODEL_FILES]
+
+# (rtol, atol factor of the input scale) for the pooling output vs the float64 reference
+TOL = {"float": (1e-5, 1e-6), "double": (1e-12, 1e-12), "float16": (1e-3, 1e-5), "bfloat16": (8e-3, 1e-5)}
+
+# model name prefix -> op it must contain
+EXPECTED_OP = {"cnn_gap_": "GlobalAveragePool", "cnn_gmp_": "GlobalMaxPool", "cnn_lppool2d_": "LpPool",
+               "cnn_lppool1d_": "LpPool", "globallppool_": "GlobalLpPool", "avgpool_qop_": "QLinearAveragePool"}
+
+
+def test_bundled_models_present():
+    names = set(IDS)
+    for fam in ("cnn_gap", "cnn_gmp", "cnn_lppool2d", "cnn_lppool1d"):
+        for t in ("f32", "f16", "bf16", "f64"):
+            assert f"{fam}_{t}.onnx" in names
+    assert "globallppool_opset22_f32.onnx" in names
+    assert sum(p.stat().st_size for p in MODELS_DIR.iterdir()) < 4_000_000
+
+
+def _attrs(node):
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("path", MODEL_FILES, ids=IDS)
+def test_model_contains_intended_pooling_op(path):
+    model = onnx.load(str(path))
+    ops = [n.op_type for n, _ in cli.pooling_nodes(model)]
+    for prefix, op in EXPECTED_OP.items():
+        if path.name.startswith(prefix):
+            assert op in ops, f"{path.name}: no {op} node (nodes: {[n.op_type for n in model.graph.node]})"
+    if path.name.startswith("globallppool_opset22"):
+        assert cli._opsets(model)[""] == 22
+    if path.name.startswith("cnn_"):  # the torch exports must not have decomposed the pooling op
+        assert not {"MaxPool", "AveragePool", "Pow"} & {n.op_type for n in model.graph.node}
+        t = path.stem.rsplit("_", 1)[1]
+        vis = cli.value_types(model)
+        (node, _), = cli.pooling_nodes(model)
+        want = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double"}[t]
+        assert cli.elem_name(vis.get(node.input[0])) == want
+
+
+def _exposed(model):
+    """model + every pooling node's X input and first output as extra graph outputs."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    vis = cli.value_types(model)
+    have = {o.name for o in m.graph.output}
+    nodes = [n for n, _ in cli.pooling_nodes(model)]
+    for n in nodes:
+        x_type = vis[n.input[0]].type.tensor_type.elem_type
+        for name in (n.input[0], n.output[0]):
+            if name not in have:
+                m.graph.output.append(helper.make_tensor_value_info(name, x_type, None))
+                have.add(name)
+    return m, nodes
+
+
+def _init(model, name):
+    if not name:
+        return None
+    for i in model.graph.initializer:
+        if i.name == name:
+            return numpy_helper.to_array(i)
+    raise AssertionError(f"{name} is not an initializer")
+
+
+def _check_node(model, node, x, y, what):
+    a = _attrs(node)
+    op = node.op_type
+    if op == "QLinearAveragePool":
+        ins = list(node.input) + [""] * (5 - len(node.input))
+        ref, pre = qlinear_average_pool(
+            x, _init(model, ins[1]), _init(model, ins[2]), _init(model, ins[3]), _init(model, ins[4]),
+            a["kernel_shape"], a.get("strides"), a.get("pads"), a.get("auto_pad", b"NOTSET").decode(),
+            a.get("ceil_mode", 0), a.get("count_include_pad", 0), a.get("channels_last", 0))
+        assert y.dtype == ref.dtype and y.shape == ref.shape, what
+        bad = (y != ref) & ~near_tie(pre)
+        assert not bad.any(), f"{what}: {int(bad.sum())} elements differ from the reference"
+        return
+    if op == "GlobalAveragePool":
+        ref = global_average_pool(x)
+    elif op == "GlobalMaxPool":
+        ref = global_max_pool(x)
+    elif op == "GlobalLpPool":
+        ref = global_lp_pool(x, a.get("p", 2))
+    elif op == "LpPool":
+        ref = lp_pool(x, a["kernel_shape"], a.get("strides"), a.get("pads"), a.get("dilations"),
+                      a.get("auto_pad", b"NOTSET").decode(), a.get("ceil_mode", 0), a.get("p", 2))
+    else:
+        raise AssertionError(op)
+    tname = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.float16): "float16",
+             BF16: "bfloat16"}[np.asarray(y).dtype]
+    rtol, af = TOL[tname]
+    assert y.dtype == x.dtype and y.shape == ref.shape, what
+    np.testing.assert_allclose(to_f64(y), ref, rtol=rtol, atol=af * input_scale(x), err_msg=what)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("path", MODEL_FILES, ids=IDS)
+def test_model_runs_with_library(path, threads):
+    model = onnx.load(str(path))
+    exposed, nodes = _exposed(model)
+    sess = make_session(exposed.SerializeToString(), threads=threads)
+    feeds = cli.random_inputs(sess, np.random.default_rng(1))
+    before = onnx_pools.call_counts()
+    outs = dict(zip([o.name for o in sess.get_outputs()], cli.run_session(sess, feeds)))
+    after = onnx_pools.call_counts()
+    for op in {n.op_type for n in nodes}:
+        want = sum(n.op_type == op for n in nodes)
+        assert after[op] - before[op] == want, f"{path.name}: {op} counter moved by {after[op] - before[op]}"
+    for n in nodes:
+        _check_node(model, n, outs[n.input[0]], outs[n.output[0]], f"{path.name}: {n.name or n.op_type}")
+
+    # vs stock ORT, where stock ORT can run the model
+    try:
+        stock = make_session(model.SerializeToString(), library=False, threads=threads)
+    except Exception:
+        assert not path.name.endswith(("_f32.onnx", "_f16.onnx")) or "opset22" in path.name, \
+            f"stock ORT should run {path.name}"
+        return
+    ref = cli.run_session(stock, feeds)
+    for meta, r in zip(stock.get_outputs(), ref):
+        y = outs[meta.name]
+        assert y.dtype == r.dtype and y.shape == r.shape
+        if y.dtype.kind in "iu":
+            np.testing.assert_array_equal(y, r, err_msg=path.name)
+        elif y.dtype == np.float16:  # stock runs float16 via Casts to float: one rounding apart at most
+            np.testing.assert_allclose(y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5,
+                                       err_msg=path.name)
+        elif path.name.startswith("avgpool_qop_"):
+            # Y = DequantizeLinear(quantized output): allow one quantization step from rounding near ties
+            step = float(_init(model, "Y_scale"))
+            np.testing.assert_allclose(y, r, rtol=0, atol=step * 1.001, err_msg=path.name)
+        else:
+            np.testing.assert_allclose(y, r, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(r).max())),
+                                       err_msg=path.name)
+
+
+VARIANTS = [(fam, t) for fam in ("cnn_gap", "cnn_gmp", "cnn_lppool2d", "cnn_lppool1d")
+            for t in ("f16", "bf16", "f64") if (MODELS_DIR / f"{fam}_{t}.onnx").exists()]
+
+
+@pytest.mark.parametrize("fam,t", VARIANTS, ids=[f"{f}_{t}" for f, t in VARIANTS])
+def test_type_variant_matches_float32_model(fam, t):
+    """The f16/bf16/f64 variant run with the library vs the float32 model run by stock ORT on the same values."""
+    sess = make_session((MODELS_DIR / f"{fam}_{t}.onnx").read_bytes())
+    stock32 = make_session((MODELS_DIR / f"{fam}_f32.onnx").read_bytes(), library=False)
+    (x32,) = cli.random_inputs(stock32, np.random.default_rng(2)).values()
+    dt = cli.np_dtype(sess.get_inputs()[0].type)
+    x = x32.astype(dt)
+    (y,) = cli.run_session(sess, {sess.get_inputs()[0].name: x})
+    (r,) = stock32.run(None, {stock32.get_inputs()[0].name: x.astype(np.float32)})
+    assert y.dtype == dt and y.shape == r.shape
+    # f64: conv in float32 in both models, pooling in double vs float. bf16: one bf16 rounding of the conv output
+    # and one of the result. f16: the whole network runs in float16.
+    rtol = {"f64": 1e-5, "bf16": 2e-2, "f16": 1e-2}[t]
+    scale = float(np.abs(r).max())
+    np.testing.assert_allclose(to_f64(y), r.astype(np.float64), rtol=rtol, atol=rtol * scale,
+                               err_msg=f"{fam}_{t}")
