@@ -191,6 +191,18 @@ double fold_lanes(A* lanes) {
 
 template <class A, class Map>
 double mapped_sum_block(const A* a, int64_t n, Map map) {
+  if (n < 2 * kLanes) {  // short channels: a lane array would cost more to fold than to fill
+    A s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      s0 += map(a[i]);
+      s1 += map(a[i + 1]);
+      s2 += map(a[i + 2]);
+      s3 += map(a[i + 3]);
+    }
+    for (; i < n; ++i) s0 += map(a[i]);
+    return static_cast<double>((s0 + s1) + (s2 + s3));
+  }
   A lanes[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -217,6 +229,16 @@ inline A max_step(A m, A v) { return (v > m || v != v) ? v : m; }
 
 template <class A>
 A max_block(const A* a, int64_t n, A running) {
+  if (n < 2 * kLanes) {
+    A m0 = running, m1 = running;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      m0 = max_step(m0, a[i]);
+      m1 = max_step(m1, a[i + 1]);
+    }
+    if (i < n) m0 = max_step(m0, a[i]);
+    return max_step(m0, m1);
+  }
   A lanes[kLanes];
   fill(lanes, kLanes, running);
   int64_t i = 0;
