@@ -1,0 +1,93 @@
+"""How the library's registration coexists with ORT's own graph rewrites and domains."""
+import numpy as np
+import onnx_pools
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from reference import global_average_pool
+
+
+def conv_relu_pool_model(channels=16, opsets=(("", 13),)):
+    """A float Conv -> Relu -> GlobalAveragePool: ORT fuses Conv+Relu into com.microsoft.FusedConv and its NCHWc
+    transformer rewrites float pools with C a multiple of 8/16."""
+    w = np.random.default_rng(0).standard_normal((channels, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["Y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 8, 8])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=8)
+    return model, w
+
+
+def reference(x, w):
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((x.shape[0], w.shape[0], 8, 8))
+    for i in range(8):
+        for j in range(8):
+            out[:, :, i, j] = np.einsum("nchw,kchw->nk", xp[:, :, i:i + 3, j:j + 3], w.astype(np.float64))
+    return global_average_pool(np.maximum(out, 0))
+
+
+def run(model, so):
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    before = onnx_pools.call_counts()
+    y = sess.run(None, {"X": x})[0]
+    after = onnx_pools.call_counts()
+    return x, y, {k: after[k] - before[k] for k in after}
+
+
+def test_raw_registration_keeps_orts_fusions_and_serves_the_pool():
+    model, w = conv_relu_pool_model()
+    so = ort.SessionOptions()  # default optimisation level: ORT_ENABLE_ALL
+    so.register_custom_ops_library(onnx_pools.get_library_path())
+    x, y, moved = run(model, so)
+    assert moved["GlobalAveragePool"] == 1  # not replaced by ORT's NCHWc pool
+    np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
+
+
+def test_default_takes_only_standard_domain_ops():
+    assert onnx_pools.OPS["QLinearAveragePool"] == "com.microsoft"
+    model, w = conv_relu_pool_model()
+    x, y, moved = run(model, onnx_pools.session_options(model=model))  # model does not import com.microsoft
+    assert moved["GlobalAveragePool"] == 1
+    np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
+
+
+def qlinear_model():
+    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
+             [("xs", 0.1, np.float32), ("ys", 0.1, np.float32)]]
+    node = helper.make_node("QLinearAveragePool", ["X", "xs", "", "ys", ""], ["Y"], domain="com.microsoft",
+                            kernel_shape=[2, 2], strides=[2, 2])
+    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("X", TensorProto.UINT8, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
+                             ir_version=8)
+
+
+def test_model_importing_com_microsoft_gets_qlinear_average_pool():
+    model = qlinear_model()
+    sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(model=model))
+    before = onnx_pools.call_counts()["QLinearAveragePool"]
+    y = sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})[0]
+    assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1
+    assert y.tolist() == [[[[3]]]]  # (1+2+3+6)/4 = 3, zero points absent = 0
+
+
+def test_explicit_ops_choose_qlinear_average_pool():
+    model = qlinear_model()
+    for ops in ("all", ["QLinearAveragePool"]):
+        sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=ops))
+        before = onnx_pools.call_counts()["QLinearAveragePool"]
+        sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})
+        assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1
+
+
+def test_unknown_op_name_in_selection_is_a_clear_error():
+    import pytest
+
+    model, _ = conv_relu_pool_model()
+    with pytest.raises(Exception, match="onnx_pools.ops.*NoSuchPool"):
+        ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=["NoSuchPool"]))
