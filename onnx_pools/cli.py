@@ -505,8 +505,11 @@ def cmd_run(args):
 
 # ------------------------------------------------------------------------------------------------ bench
 def find_bench():
-    p = PACKAGE_DIR.parent / "bench" / "bench.py"
-    return p if p.exists() else None
+    for root in (PACKAGE_DIR.parent, Path.cwd()):  # a source checkout, or run from one with the package installed
+        p = root / "bench" / "bench.py"
+        if p.exists():
+            return p
+    return None
 
 
 def cmd_bench(argv):

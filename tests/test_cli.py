@@ -18,7 +18,8 @@ MODELS = REPO / "models"
 
 def _env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    # the onnx_pools this process imported (installed package or a built checkout), never an unbuilt source tree
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 

@@ -208,7 +208,7 @@ def test_forced_isa_subprocess(isa):
         pytest.skip("CPU without AVX2/FMA/F16C")
     env = dict(os.environ)
     env["ONNX_POOLS_ISA"] = isa
-    env["PYTHONPATH"] = os.pathsep.join([REPO_DIR, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))), TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], cwd=TESTS_DIR, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, f"forced ISA {isa} failed:\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"

@@ -382,7 +382,7 @@ def test_random_cases_on_other_isa_paths(isa):
     if isa == "avx2" and default == "portable":
         pytest.skip("this CPU has no AVX2")
     env = dict(os.environ, ONNX_POOLS_ISA=isa)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))  # the onnx_pools under test
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run(
