@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import onnx_pools
 from onnx_pools import cli
 
 REPO = Path(__file__).resolve().parent.parent

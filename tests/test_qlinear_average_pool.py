@@ -387,7 +387,7 @@ def test_random_cases_on_other_isa_paths(isa):
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run(
         [sys.executable, "-c", _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)],
-        env=env, capture_output=True, text=True,
+        env=env, capture_output=True, text=True, cwd=tests_dir,  # not the repo root: its onnx_pools may be unbuilt
     )
     assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     assert f"checked {len(CASES)} cases on {isa}" in r.stdout
