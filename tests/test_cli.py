@@ -53,7 +53,7 @@ def no_pool_model(tmp_path):
 # ------------------------------------------------------------------------------------------------ demo
 def test_demo_subprocess(tmp_path):
     """python -m onnx_pools demo, from another folder: finds the checkout's models, one row per model."""
-    r = subprocess.run([sys.executable, "-m", "onnx_pools", "demo"], cwd=tmp_path, env=_env(),
+    r = subprocess.run([sys.executable, "-m", "onnx_pools", "demo", "--models", str(REPO / "models")], cwd=tmp_path, env=_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     rows = {row[0]: row for row in _table_rows(r.stdout)}
