@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_qlinear import QRANGE, near_tie, pool_geometry, qlinear_average_pool  # noqa: E402
 
 import onnx_pools  # noqa: E402
+from conftest import make_session  # noqa: E402
 
 OP = "QLinearAveragePool"
 OPSETS = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
@@ -88,15 +89,12 @@ def build_model(x_shape, dtype, attrs, params, zp_mode="both", sources=None, sca
 
 
 def lib_session(model, threads=1):
-    so = onnx_pools.session_options(model=model)  # imports com.microsoft, so QLinearAveragePool is taken
-    so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    # session_options(model=...) takes QLinearAveragePool: the model imports com.microsoft
+    return make_session(model, threads=threads)
 
 
 def stock_session(model, threads=1):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return make_session(model, library=False, threads=threads)
 
 
 def run_lib_counted(model, feeds, threads=1):

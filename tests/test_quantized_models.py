@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_qlinear import near_tie, qlinear_average_pool  # noqa: E402
 
 import onnx_pools  # noqa: E402
+from conftest import make_session  # noqa: E402
 
 OP = "QLinearAveragePool"
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
@@ -94,15 +95,12 @@ def inputs(n=4, seed=99):
 
 
 def lib_session(model, threads=1):
-    so = onnx_pools.session_options(model=model)  # imports com.microsoft, so QLinearAveragePool is taken
-    so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    # session_options(model=...) takes QLinearAveragePool: the model imports com.microsoft
+    return make_session(model, threads=threads)
 
 
 def stock_session(model, threads=1):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return make_session(model, library=False, threads=threads)
 
 
 def run_lib(model, x, sess):
