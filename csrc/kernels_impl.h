@@ -192,16 +192,21 @@ double fold_lanes(A* lanes) {
 template <class A, class Map>
 double mapped_sum_block(const A* a, int64_t n, Map map) {
   if (n < 2 * kLanes) {  // short channels: a lane array would cost more to fold than to fill
-    A s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    for (; i + 8 <= n; i += 8) {
       s0 += map(a[i]);
       s1 += map(a[i + 1]);
       s2 += map(a[i + 2]);
       s3 += map(a[i + 3]);
+      s4 += map(a[i + 4]);
+      s5 += map(a[i + 5]);
+      s6 += map(a[i + 6]);
+      s7 += map(a[i + 7]);
     }
-    for (; i < n; ++i) s0 += map(a[i]);
-    return static_cast<double>((s0 + s1) + (s2 + s3));
+    A tail = 0;
+    for (; i < n; ++i) tail += map(a[i]);
+    return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
   }
   A lanes[kLanes] = {};
   int64_t i = 0;
