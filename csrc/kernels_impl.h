@@ -434,10 +434,6 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
 
 // ---- QLinearAveragePool ---------------------------------------------------------------------------------
 
-inline float round_half_even(float v) {  // |v| < 2^22
-  constexpr float magic = 12582912.0f;  // 1.5 * 2^23
-  return (v + magic) - magic;
-}
 inline double round_half_even(double v) {  // |v| < 2^51
   constexpr double magic = 6755399441055744.0;  // 1.5 * 2^52
   return (v + magic) - magic;
@@ -461,24 +457,24 @@ double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int6
   return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
 }
 
-// I: integer window sums; F: floating type of the requantisation.
-template <class Q, class I, class F>
+// I: integer type of the window sums; requantisation is in double.
+template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
   const size_t rank = g.axes.size();
   const int64_t scratch = g.largest_intermediate * channels;  // checked by the op
   const int64_t out_last = g.axes[rank - 1].out;
   const int64_t row_size = out_last * channels;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(F) * static_cast<size_t>(row_size) +
-                       (sizeof(F) + sizeof(I)) * static_cast<size_t>(out_last) + sizeof(int64_t) * 2 * rank);
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(double) * static_cast<size_t>(row_size) +
+                       (sizeof(double) + sizeof(I)) * static_cast<size_t>(out_last) + sizeof(int64_t) * 2 * rank);
   I* buf_a = memory.as<I>();
   I* buf_b = buf_a + scratch;
   I* zero_sum = buf_b + scratch;  // per output position of a row: x_zero_point * elements in the window
-  F* scale = reinterpret_cast<F*>(zero_sum + out_last);  // per position: x_scale / (y_scale * count)
-  F* values = scale + out_last;
+  double* scale = reinterpret_cast<double*>(zero_sum + out_last);  // per position: x_scale / (y_scale * count)
+  double* values = scale + out_last;
   int64_t* index = reinterpret_cast<int64_t*>(values + row_size);
-  constexpr F qmin = static_cast<F>(std::numeric_limits<Q>::min());
-  constexpr F qmax = static_cast<F>(std::numeric_limits<Q>::max());
-  const F y_zero = static_cast<F>(q.y_zero_point);
+  constexpr double qmin = static_cast<double>(std::numeric_limits<Q>::min());
+  constexpr double qmax = static_cast<double>(std::numeric_limits<Q>::max());
+  const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
   const int64_t rows = g.out_size / out_last;
   const AxisGeometry& last = g.axes[rank - 1];
@@ -498,30 +494,30 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
         const int64_t valid = lead_valid * last.valid_count(j);
         const int64_t count = q.count_include_pad ? g.kernel_size : valid;
         zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
-        scale[j] = count == 0 ? F(0) : static_cast<F>(ratio / static_cast<double>(count));
+        scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
       }
       const I* s = sums + row * row_size;
       if (channels == 1) {
-        for (int64_t j = 0; j < out_last; ++j) values[j] = static_cast<F>(s[j] - zero_sum[j]) * scale[j] + y_zero;
+        for (int64_t j = 0; j < out_last; ++j) values[j] = static_cast<double>(s[j] - zero_sum[j]) * scale[j] + y_zero;
       } else {
         for (int64_t j = 0; j < out_last; ++j) {
           const I zs = zero_sum[j];
-          const F sc = scale[j];
+          const double sc = scale[j];
           for (int64_t c = 0; c < channels; ++c) {
-            values[j * channels + c] = static_cast<F>(s[j * channels + c] - zs) * sc + y_zero;
+            values[j * channels + c] = static_cast<double>(s[j * channels + c] - zs) * sc + y_zero;
           }
         }
       }
       bool near_tie = false;
       for (int64_t i = 0; i < row_size; ++i) {
-        const F distance = values[i] - std::floor(values[i]) - F(0.5);
-        near_tie |= (distance < F(1e-4)) & (distance > F(-1e-4));
+        const double distance = values[i] - std::floor(values[i]) - double(0.5);
+        near_tie |= (distance < double(1e-4)) & (distance > double(-1e-4));
       }
       if (near_tie) {
         for (int64_t i = 0; i < row_size; ++i) {
-          const F distance = values[i] - std::floor(values[i]) - F(0.5);
-          if (distance < F(1e-4) && distance > F(-1e-4)) {
-            values[i] = static_cast<F>(ort_float_value(xu, g, channels, i % channels, row * out_last + i / channels, q, index));
+          const double distance = values[i] - std::floor(values[i]) - double(0.5);
+          if (distance < double(1e-4) && distance > double(-1e-4)) {
+            values[i] = static_cast<double>(ort_float_value(xu, g, channels, i % channels, row * out_last + i / channels, q, index));
           }
         }
       }
@@ -540,9 +536,9 @@ template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
   if (g.kernel_size <= (1 << 23)) {
-    qlinear_pool<Q, int32_t, double>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    qlinear_pool<Q, int32_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
   } else {
-    qlinear_pool<Q, int64_t, double>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    qlinear_pool<Q, int64_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
   }
 }
 

@@ -107,6 +107,10 @@ void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit,
 
 // ---- attributes shared by the ops --------------------------------------------------------------------------------
 
+size_t element_bytes(FloatType type) {
+  return type == FloatType::Float ? 4 : type == FloatType::Double ? 8 : 2;
+}
+
 FloatType float_type(ONNXTensorElementDataType type) {
   switch (type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return FloatType::Float;
@@ -164,7 +168,7 @@ class GlobalPool final : public OpKernel {
     void* y = output(ctx, out_shape);
     if (channels == 0) return;
     const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
-    const size_t bytes = element_size();
+    const size_t bytes = element_bytes(type_);
     parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
       fn(static_cast<const char*>(x.data) + begin * size * bytes, static_cast<char*>(y) + begin * bytes, end - begin,
          size, lp_);
@@ -172,7 +176,6 @@ class GlobalPool final : public OpKernel {
   }
 
  private:
-  size_t element_size() const { return type_ == FloatType::Float ? 4 : type_ == FloatType::Double ? 8 : 2; }
   Reduction reduction_;
   std::string op_;
   FloatType type_;
@@ -196,7 +199,7 @@ class LpPool final : public OpKernel {
     void* y = output(ctx, out_shape);
     if (planes == 0 || g.out_size == 0) return;
     const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
-    const size_t bytes = type_ == FloatType::Float ? 4 : type_ == FloatType::Double ? 8 : 2;
+    const size_t bytes = element_bytes(type_);
     parallel_for(ctx, planes, g.in_size + g.out_size * g.kernel_size / 4, [&](int64_t begin, int64_t end) {
       fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
          static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, g, lp_);

@@ -18,13 +18,15 @@ int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* attribute)
   return r;
 }
 
-std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* name, size_t expected, int64_t minimum,
-                                   const char* op) {
+// An attribute with values_per_axis values for each of the rank spatial axes, each >= minimum.
+std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* name, size_t rank, size_t values_per_axis,
+                                   int64_t minimum, const char* op) {
+  const size_t expected = rank * values_per_axis;
   auto values = attrs.ints(name);
   if (!values) return {};
   if (values->size() != expected) {
     fail(op, ": attribute '", name, "' has ", values->size(), " values, expected ", expected,
-         " (kernel_shape has ", expected / (std::string(name) == "pads" ? 2 : 1), " spatial axes)");
+         " (kernel_shape has ", rank, " spatial axes)");
   }
   for (size_t i = 0; i < values->size(); ++i) {
     if ((*values)[i] < minimum) fail(op, ": attribute '", name, "' must be >= ", minimum, ", got ", (*values)[i], " at index ", i);
@@ -90,9 +92,9 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
   }
   a.kernel_shape = *kernel;
   const size_t rank = a.kernel_shape.size();
-  a.strides = read_per_axis(attrs, "strides", rank, 1, op);
-  a.dilations = read_per_axis(attrs, "dilations", rank, 1, op);
-  a.pads = read_per_axis(attrs, "pads", 2 * rank, 0, op);
+  a.strides = read_per_axis(attrs, "strides", rank, 1, 1, op);
+  a.dilations = read_per_axis(attrs, "dilations", rank, 1, 1, op);
+  a.pads = read_per_axis(attrs, "pads", rank, 2, 0, op);
 
   const std::string auto_pad = attrs.text("auto_pad").value_or("NOTSET");
   if (auto_pad == "NOTSET" || auto_pad.empty()) {
