@@ -510,13 +510,13 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       }
       bool near_tie = false;
       for (int64_t i = 0; i < row_size; ++i) {
-        const double distance = values[i] - std::floor(values[i]) - double(0.5);
-        near_tie |= (distance < double(1e-4)) & (distance > double(-1e-4));
+        const double distance = values[i] - std::floor(values[i]) - 0.5;
+        near_tie |= (distance < 1e-4) & (distance > -1e-4);
       }
       if (near_tie) {
         for (int64_t i = 0; i < row_size; ++i) {
-          const double distance = values[i] - std::floor(values[i]) - double(0.5);
-          if (distance < double(1e-4) && distance > double(-1e-4)) {
+          const double distance = values[i] - std::floor(values[i]) - 0.5;
+          if (distance < 1e-4 && distance > -1e-4) {
             values[i] = static_cast<double>(ort_float_value(xu, g, channels, i % channels, row * out_last + i / channels, q, index));
           }
         }
