@@ -141,17 +141,21 @@ inline double lp_root(double sum, const LpNorm& lp) {
   }
 }
 
-// Cube root of a positive normal number, in a form the compiler vectorises (std::cbrt is a scalar call):
-// a bit-level first guess within a few percent, then four Newton steps, ending below double rounding.
-inline double cube_root(double v) {
-  uint64_t bits;
+// Cube root of a float window sum, division-free so the compiler vectorises it (std::cbrt is a scalar call): a
+// bit-level guess of v^(-1/3) within ~10%, Newton steps for the inverse root in double (each squares the error;
+// five reach double rounding), then cbrt(v) = v * r^2. Meaningful for positive normal v; others are recomputed.
+inline float cube_root(float v) {
+  uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  bits = bits / 3 + 0x2a9f7893782da1ceull;  // exponent / 3, re-biased
-  double y;
-  std::memcpy(&y, &bits, sizeof y);
-  for (int step = 0; step < 4; ++step) y = y - (y * y * y - v) / (3.0 * y * y);
-  return y;
+  bits = 0x54a21d2au - bits / 3;  // exponent * (-1/3), re-biased
+  float guess;
+  std::memcpy(&guess, &bits, sizeof guess);
+  const double d = v;
+  double r = guess;
+  for (int step = 0; step < 5; ++step) r = r * (4.0 - d * r * r * r) * (1.0 / 3.0);
+  return static_cast<float>(d * r * r);
 }
+inline double cube_root(double v) { return std::cbrt(v); }
 
 // A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;
 // otherwise the window is recomputed scaled by its largest magnitude, in double.
@@ -159,6 +163,12 @@ template <class A>
 inline bool lp_sum_trusted(double sum) {
   constexpr double tiny = std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900;
   return sum >= tiny && sum <= std::numeric_limits<double>::max();
+}
+// The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
+template <class A>
+inline bool window_sum_trusted(A sum) {
+  constexpr A tiny = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
+  return (sum >= tiny) & (sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
 }
 
 // max|x| * (sum (|x|/max|x|)^p)^(1/p) over the elements visit() produces: safe from overflow and underflow.
@@ -405,23 +415,23 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     });
     A* sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
     // Roots in place, then the rare untrusted windows again, scaled.
-    bool all_trusted = true;
-    for (int64_t i = 0; i < g.out_size; ++i) all_trusted &= lp_sum_trusted<A>(sums[i]);
+    int64_t untrusted = 0;
+    for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
     A* roots = sums == buf_a ? buf_b : buf_a;
     if (lp.integer_p == 1) {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = sums[i];
     } else if (lp.integer_p == 2) {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = std::sqrt(sums[i]);
     } else if (lp.integer_p == 3) {
-      for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(cube_root(static_cast<double>(sums[i])));
+      for (int64_t i = 0; i < g.out_size; ++i) roots[i] = cube_root(sums[i]);
     } else if (lp.integer_p == 4) {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = std::sqrt(std::sqrt(sums[i]));
     } else {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(lp_root(sums[i], lp));
     }
-    if (!all_trusted) {
+    if (untrusted > 0) {
       for (int64_t i = 0; i < g.out_size; ++i) {
-        if (lp_sum_trusted<A>(sums[i])) continue;
+        if (window_sum_trusted(sums[i])) continue;
         auto window = [&](auto&& f) {
           visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
         };
@@ -457,75 +467,130 @@ double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int6
   return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
 }
 
+// Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
+template <class Q>
+inline double clamp_to(double v) {
+  constexpr double qmin = static_cast<double>(std::numeric_limits<Q>::min());
+  constexpr double qmax = static_cast<double>(std::numeric_limits<Q>::max());
+  v = v < qmin ? qmin : v;
+  return v > qmax ? qmax : v;
+}
+
+// A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding; such
+// elements are recomputed as ORT does. (Tested as |v - round(v)| because floor() blocks vectorisation.)
+inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > 0.5 - 1e-4; }
+
+template <class Q>
+inline Q to_quantized(double clamped) { return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped))); }
+
+// Elements in bounds of a window of output row `row` (all axes but the last), as a product over those axes.
+inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
+  int64_t valid = 1;
+  for (int64_t a = static_cast<int64_t>(g.axes.size()) - 2; a >= 0; --a) {
+    valid *= g.axes[a].valid_count(row % g.axes[a].out);
+    row /= g.axes[a].out;
+  }
+  return valid;
+}
+
 // I: integer type of the window sums; requantisation is in double.
 template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
   const size_t rank = g.axes.size();
   const int64_t scratch = g.largest_intermediate * channels;  // checked by the op
-  const int64_t out_last = g.axes[rank - 1].out;
+  const AxisGeometry& last = g.axes[rank - 1];
+  const int64_t out_last = last.out;
   const int64_t row_size = out_last * channels;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) + sizeof(double) * static_cast<size_t>(row_size) +
-                       (sizeof(double) + sizeof(I)) * static_cast<size_t>(out_last) + sizeof(int64_t) * 2 * rank);
+  const int64_t rows = g.out_size / out_last;
+  // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one flat
+  // block of up to ~4096 values: one row alone is often shorter than the vectorised loop's step.
+  const int64_t block_rows = max_of<int64_t>(1, min_of<int64_t>(rows, 4096 / row_size));
+  const int64_t block_positions = block_rows * out_last;
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) +
+                       (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
+                       sizeof(int64_t) * 2 * rank);
   I* buf_a = memory.as<I>();
   I* buf_b = buf_a + scratch;
-  I* zero_sum = buf_b + scratch;  // per output position of a row: x_zero_point * elements in the window
-  double* scale = reinterpret_cast<double*>(zero_sum + out_last);  // per position: x_scale / (y_scale * count)
-  double* values = scale + out_last;
-  int64_t* index = reinterpret_cast<int64_t*>(values + row_size);
-  constexpr double qmin = static_cast<double>(std::numeric_limits<Q>::min());
-  constexpr double qmax = static_cast<double>(std::numeric_limits<Q>::max());
+  // Per output position of a block: x_zero_point * elements in the window, and x_scale / (y_scale * count). Two
+  // of them, so the interior rows' block is built once per call and the edge rows, one at a time, use the other.
+  struct Pattern {
+    I* zero_sum;
+    double* scale;
+    int64_t lead_valid = -1;  // the leading axes' in-bounds count it was made for
+    int64_t rows = 0;         // rows filled
+  } bulk, edge;
+  bulk.zero_sum = buf_b + scratch;
+  edge.zero_sum = bulk.zero_sum + block_positions;
+  bulk.scale = reinterpret_cast<double*>(edge.zero_sum + out_last);
+  edge.scale = bulk.scale + block_positions;
+  int64_t* index = reinterpret_cast<int64_t*>(edge.scale + out_last);
   const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
-  const int64_t rows = g.out_size / out_last;
-  const AxisGeometry& last = g.axes[rank - 1];
+  auto pattern_for = [&](int64_t lead_valid, int64_t n_rows) -> const Pattern& {
+    Pattern& p = n_rows > 1 ? bulk : edge;
+    if (p.lead_valid != lead_valid) {
+      for (int64_t j = 0; j < out_last; ++j) {
+        const int64_t valid = lead_valid * last.valid_count(j);
+        const int64_t count = q.count_include_pad ? g.kernel_size : valid;
+        p.zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
+        p.scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
+      }
+      p.lead_valid = lead_valid;
+      p.rows = 1;
+    }
+    for (; p.rows < n_rows; ++p.rows) {
+      std::memcpy(p.zero_sum + p.rows * out_last, p.zero_sum, sizeof(I) * static_cast<size_t>(out_last));
+      std::memcpy(p.scale + p.rows * out_last, p.scale, sizeof(double) * static_cast<size_t>(out_last));
+    }
+    return p;
+  };
 
   for (int64_t u = 0; u < units; ++u) {
     const Q* xu = x + u * g.in_size * channels;
     Q* yu = y + u * g.out_size * channels;
     const I* sums = window_sums(xu, buf_a, buf_b, g, channels);
-    for (int64_t row = 0; row < rows; ++row) {
-      // Elements in a window = product over axes of its in-bounds positions.
-      int64_t lead_valid = 1;
-      for (int64_t r = row, a = static_cast<int64_t>(rank) - 2; a >= 0; --a) {
-        lead_valid *= g.axes[a].valid_count(r % g.axes[a].out);
-        r /= g.axes[a].out;
-      }
-      for (int64_t j = 0; j < out_last; ++j) {
-        const int64_t valid = lead_valid * last.valid_count(j);
-        const int64_t count = q.count_include_pad ? g.kernel_size : valid;
-        zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
-        scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
-      }
+    for (int64_t row = 0; row < rows;) {
+      const int64_t lead_valid = lead_valid_count(g, row);
+      int64_t n_rows = 1;
+      while (n_rows < block_rows && row + n_rows < rows && lead_valid_count(g, row + n_rows) == lead_valid) ++n_rows;
+      const Pattern& pattern = pattern_for(lead_valid, n_rows);
+      const I* zero_sum = pattern.zero_sum;
+      const double* scale = pattern.scale;
+      const int64_t positions = n_rows * out_last;
       const I* s = sums + row * row_size;
+      Q* yb = yu + row * row_size;
+      // y = round((sum - zero_sum) * x_scale / (count * y_scale) + y_zero_point), counting near-ties on the way.
+      int64_t ties = 0;
       if (channels == 1) {
-        for (int64_t j = 0; j < out_last; ++j) values[j] = static_cast<double>(s[j] - zero_sum[j]) * scale[j] + y_zero;
+        for (int64_t i = 0; i < positions; ++i) {
+          const double v = clamp_to<Q>(static_cast<double>(s[i] - zero_sum[i]) * scale[i] + y_zero);
+          ties += near_tie(v);
+          yb[i] = to_quantized<Q>(v);
+        }
       } else {
-        for (int64_t j = 0; j < out_last; ++j) {
-          const I zs = zero_sum[j];
-          const double sc = scale[j];
+        for (int64_t i = 0; i < positions; ++i) {
+          const I zs = zero_sum[i];
+          const double sc = scale[i];
+          const I* si = s + i * channels;
+          Q* yi = yb + i * channels;
           for (int64_t c = 0; c < channels; ++c) {
-            values[j * channels + c] = static_cast<double>(s[j * channels + c] - zs) * sc + y_zero;
+            const double v = clamp_to<Q>(static_cast<double>(si[c] - zs) * sc + y_zero);
+            ties += near_tie(v);
+            yi[c] = to_quantized<Q>(v);
           }
         }
       }
-      bool near_tie = false;
-      for (int64_t i = 0; i < row_size; ++i) {
-        const double distance = values[i] - std::floor(values[i]) - 0.5;
-        near_tie |= (distance < 1e-4) & (distance > -1e-4);
-      }
-      if (near_tie) {
-        for (int64_t i = 0; i < row_size; ++i) {
-          const double distance = values[i] - std::floor(values[i]) - 0.5;
-          if (distance < 1e-4 && distance > -1e-4) {
-            values[i] = static_cast<double>(ort_float_value(xu, g, channels, i % channels, row * out_last + i / channels, q, index));
+      if (ties > 0) {
+        for (int64_t e = 0; e < positions * channels; ++e) {
+          const int64_t i = e / channels;
+          const double v = clamp_to<Q>(static_cast<double>(s[e] - zero_sum[i]) * scale[i] + y_zero);
+          if (near_tie(v)) {
+            const double ort_value = ort_float_value(xu, g, channels, e % channels, row * out_last + i, q, index);
+            yb[e] = to_quantized<Q>(clamp_to<Q>(ort_value));
           }
         }
       }
-      // round(avg / y_scale + y_zero_point) half to even, saturated (clamping first is the same: whole bounds).
-      Q* yr = yu + row * row_size;
-      for (int64_t i = 0; i < row_size; ++i) {
-        yr[i] = static_cast<Q>(static_cast<int32_t>(round_half_even(min_of(max_of(values[i], qmin), qmax))));
-      }
+      row += n_rows;
     }
   }
 }
