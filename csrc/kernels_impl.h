@@ -506,10 +506,13 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // block of up to ~4096 values: one row alone is often shorter than the vectorised loop's step.
   const int64_t block_rows = max_of<int64_t>(1, min_of<int64_t>(rows, 4096 / row_size));
   const int64_t block_positions = block_rows * out_last;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch) +
+  // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
+  const int64_t widened = channels == 1 ? g.in_size : 0;
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
                        sizeof(int64_t) * 2 * rank);
-  I* buf_a = memory.as<I>();
+  I* plane = memory.as<I>();
+  I* buf_a = plane + widened;
   I* buf_b = buf_a + scratch;
   // Per output position of a block: x_zero_point * elements in the window, and x_scale / (y_scale * count). Two
   // of them, so the interior rows' block is built once per call and the edge rows, one at a time, use the other.
@@ -548,7 +551,13 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   for (int64_t u = 0; u < units; ++u) {
     const Q* xu = x + u * g.in_size * channels;
     Q* yu = y + u * g.out_size * channels;
-    const I* sums = window_sums(xu, buf_a, buf_b, g, channels);
+    const I* sums;
+    if (channels == 1) {
+      for (int64_t i = 0; i < g.in_size; ++i) plane[i] = static_cast<I>(xu[i]);
+      sums = window_sums(static_cast<const I*>(plane), buf_a, buf_b, g, 1);
+    } else {
+      sums = window_sums(xu, buf_a, buf_b, g, channels);
+    }
     for (int64_t row = 0; row < rows;) {
       const int64_t lead_valid = lead_valid_count(g, row);
       int64_t n_rows = 1;

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,48 +13,94 @@ namespace {
 
 // ---- tensors ------------------------------------------------------------------------------------------------
 
+// A tensor's dims: ORT's own array when ORT lends it (no allocation per run), else a copy.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(Shape&& other) noexcept { *this = std::move(other); }
+  Shape& operator=(Shape&& other) noexcept {
+    const bool owned = other.dims_ == other.owned_.data();
+    owned_ = std::move(other.owned_);  // a moved vector keeps its buffer
+    dims_ = owned ? owned_.data() : other.dims_;
+    rank_ = other.rank_;
+    return *this;
+  }
+  void borrow(const int64_t* dims, size_t rank) {
+    dims_ = dims;
+    rank_ = rank;
+  }
+  void own(std::vector<int64_t> dims) {
+    owned_ = std::move(dims);
+    dims_ = owned_.data();
+    rank_ = owned_.size();
+  }
+  size_t size() const { return rank_; }
+  bool empty() const { return rank_ == 0; }
+  int64_t operator[](size_t i) const { return dims_[i]; }
+  int64_t back() const { return dims_[rank_ - 1]; }
+  const int64_t* begin() const { return dims_; }
+  const int64_t* end() const { return dims_ + rank_; }
+  std::vector<int64_t> vector() const { return std::vector<int64_t>(begin(), end()); }
+
+ private:
+  std::vector<int64_t> owned_;
+  const int64_t* dims_ = nullptr;
+  size_t rank_ = 0;
+};
+
 struct Tensor {
   const void* data = nullptr;
-  std::vector<int64_t> shape;
+  Shape shape;
   ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 };
 
 void read_type_and_shape(const OrtTensorTypeAndShapeInfo* info, Tensor& t) {
   size_t rank = 0;
   check(g_ort->GetDimensionsCount(info, &rank));
-  t.shape.resize(rank);
-  check(g_ort->GetDimensions(info, t.shape.data(), rank));
+  std::vector<int64_t> dims(rank);
+  check(g_ort->GetDimensions(info, dims.data(), rank));
+  t.shape.own(std::move(dims));
   check(g_ort->GetTensorElementType(info, &t.type));
 }
 
 // nullopt-like: data == nullptr and empty type when an optional input is absent.
-Tensor input(OrtKernelContext* ctx, size_t index) {
+Tensor input(OrtKernelContext* ctx, size_t index, bool optional = false) {
   Tensor t;
-  size_t count = 0;
-  check(g_ort->KernelContext_GetInputCount(ctx, &count));
-  if (index >= count) return t;
+  if (optional) {
+    size_t count = 0;
+    check(g_ort->KernelContext_GetInputCount(ctx, &count));
+    if (index >= count) return t;
+  }
   const OrtValue* value = nullptr;
   check(g_ort->KernelContext_GetInput(ctx, index, &value));
   if (value == nullptr) return t;
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  check(g_ort->GetTensorTypeAndShape(value, &info));
-  read_type_and_shape(info, t);
-  g_ort->ReleaseTensorTypeAndShapeInfo(info);
+  if (g_shape_reference != nullptr) {
+    const int64_t* dims = nullptr;
+    size_t rank = 0;
+    check(g_shape_reference(value, &t.type, &dims, &rank));
+    t.shape.borrow(dims, rank);
+  } else {
+    OrtTensorTypeAndShapeInfo* info = nullptr;
+    check(g_ort->GetTensorTypeAndShape(value, &info));
+    read_type_and_shape(info, t);
+    g_ort->ReleaseTensorTypeAndShapeInfo(info);
+  }
   void* data = nullptr;
   check(g_ort->GetTensorMutableData(const_cast<OrtValue*>(value), &data));
   t.data = data;
   return t;
 }
 
-void* output(OrtKernelContext* ctx, const std::vector<int64_t>& shape) {
+void* output(OrtKernelContext* ctx, const int64_t* dims, size_t rank) {
   OrtValue* value = nullptr;
-  check(g_ort->KernelContext_GetOutput(ctx, 0, shape.data(), shape.size(), &value));
+  check(g_ort->KernelContext_GetOutput(ctx, 0, dims, rank, &value));
   void* data = nullptr;
   check(g_ort->GetTensorMutableData(value, &data));
   return data;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+template <class Dims>
+std::string shape_text(const Dims& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -70,18 +115,19 @@ void require_rank(const Tensor& x, const std::string& op) {
 // ---- threading ------------------------------------------------------------------------------------------------
 
 // Splits [0, units) into chunks on the session's intra-op pool. Small jobs run inline: waking threads costs more.
-void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit,
-                  const std::function<void(int64_t, int64_t)>& body) {
+// A template, so the inline case (every tiny tensor) costs no type erasure or allocation.
+template <class Body>
+void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit, const Body& body) {
   constexpr int64_t kMinChunkCost = 1 << 15;
   const int64_t total_cost = units * std::max<int64_t>(cost_per_unit, 1);
   int64_t chunks = std::min<int64_t>(units, std::max<int64_t>(1, total_cost / kMinChunkCost));
   chunks = std::min<int64_t>(chunks, 256);
   if (chunks <= 1) {
-    body(0, units);
+    body(int64_t{0}, units);
     return;
   }
   struct Job {
-    const std::function<void(int64_t, int64_t)>* body = nullptr;
+    const Body* body = nullptr;
     int64_t units = 0, chunks = 0;
     std::atomic<bool> failed{false};
     std::string message;
@@ -140,7 +186,7 @@ bool read_flag(const AttributeReader& attrs, const char* name, const std::string
   return value == 1;
 }
 
-std::vector<int64_t> spatial_dims(const std::vector<int64_t>& shape, bool channels_last) {
+std::vector<int64_t> spatial_dims(const Shape& shape, bool channels_last) {
   return channels_last ? std::vector<int64_t>(shape.begin() + 1, shape.end() - 1)
                        : std::vector<int64_t>(shape.begin() + 2, shape.end());
 }
@@ -157,15 +203,23 @@ class GlobalPool final : public OpKernel {
   void compute(OrtKernelContext* ctx) override {
     const Tensor x = input(ctx, 0);
     require_rank(x, op_);
-    std::vector<int64_t> out_shape(x.shape.size(), 1);
-    out_shape[0] = x.shape[0];
-    out_shape[1] = x.shape[1];
     const int64_t channels = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
-    const int64_t size = checked_product(spatial_dims(x.shape, false), op_.c_str(), "input 'X'");
+    const int64_t size = checked_product(x.shape.begin() + 2, x.shape.end(), op_.c_str(), "input 'X'");
     if (size == 0 && channels > 0) {
       fail(op_, ": input 'X' has an empty spatial dimension, shape ", shape_text(x.shape), "; there is nothing to pool");
     }
-    void* y = output(ctx, out_shape);
+    // N x C x 1 x ... x 1, on the stack for the usual ranks (no allocation per run)
+    int64_t small[8];
+    std::vector<int64_t> large;
+    int64_t* out_shape = small;
+    if (x.shape.size() > 8) {
+      large.resize(x.shape.size());
+      out_shape = large.data();
+    }
+    out_shape[0] = x.shape[0];
+    out_shape[1] = x.shape[1];
+    for (size_t i = 2; i < x.shape.size(); ++i) out_shape[i] = 1;
+    void* y = output(ctx, out_shape, x.shape.size());
     if (channels == 0) return;
     const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
     const size_t bytes = element_bytes(type_);
@@ -196,7 +250,7 @@ class LpPool final : public OpKernel {
     for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
     const int64_t planes = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
     checked_product(out_shape, op_.c_str(), "output 'Y'");
-    void* y = output(ctx, out_shape);
+    void* y = output(ctx, out_shape.data(), out_shape.size());
     if (planes == 0 || g.out_size == 0) return;
     const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
     const size_t bytes = element_bytes(type_);
@@ -240,7 +294,7 @@ class QLinearAveragePool final : public OpKernel {
     if (channels_last_) out_shape.push_back(c);
     checked_product(out_shape, op_.c_str(), "output 'Y'");
     checked_product({g.largest_intermediate, std::max<int64_t>(c, 1), 8}, op_.c_str(), "an intermediate of the pool");
-    void* y = output(ctx, out_shape);
+    void* y = output(ctx, out_shape.data(), out_shape.size());
     if (n == 0 || c == 0 || g.out_size == 0) return;
 
     const int k = static_cast<int>(type_);
@@ -265,7 +319,7 @@ class QLinearAveragePool final : public OpKernel {
   }
 
   float scale(OrtKernelContext* ctx, size_t index, const char* name) const {
-    const Tensor t = input(ctx, index);
+    const Tensor t = input(ctx, index, true);
     if (t.data == nullptr) fail(op_, ": input '", name, "' is required");
     if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
     const float v = *static_cast<const float*>(t.data);
@@ -274,7 +328,7 @@ class QLinearAveragePool final : public OpKernel {
   }
 
   int32_t zero_point(OrtKernelContext* ctx, size_t index, const char* name) const {
-    const Tensor t = input(ctx, index);
+    const Tensor t = input(ctx, index, true);
     if (t.data == nullptr) return 0;  // an absent zero point is 0
     if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
     return type_ == QuantType::UInt8 ? *static_cast<const uint8_t*>(t.data) : *static_cast<const int8_t*>(t.data);
@@ -345,7 +399,7 @@ void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* 
   if (x.shape.size() < 3) return;  // unknown rank, or an error the kernel reports
 
   const size_t rank = x.shape.size();
-  std::vector<int64_t> dims = x.shape;
+  std::vector<int64_t> dims = x.shape.vector();
   std::vector<std::string> out_names(rank);
   if (kind == OpKind::GlobalAveragePool || kind == OpKind::GlobalMaxPool || kind == OpKind::GlobalLpPool) {
     for (size_t i = 2; i < rank; ++i) dims[i] = 1;

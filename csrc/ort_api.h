@@ -13,6 +13,14 @@ namespace onnx_pools {
 // Set once by RegisterCustomOps; every ORT call goes through it.
 extern const OrtApi* g_ort;
 
+// GetTensorElementTypeAndShapeDataReference (ONNX Runtime >= 1.24, the last entry of OrtApi version 24): a
+// tensor's type and shape without the allocation GetTensorTypeAndShape makes, which costs tiny tensors a tenth
+// of their run time. The headers this builds against are older, so the entry is found by its position and used
+// only after a self-test on a tensor of known shape; null otherwise.
+using ShapeReferenceFn = OrtStatus*(ORT_API_CALL*)(const OrtValue* value, ONNXTensorElementDataType* type,
+                                                  const int64_t** shape, size_t* rank);
+extern ShapeReferenceFn g_shape_reference;
+
 // A user-facing error: its message names the op and the attribute or input at fault.
 class Error : public std::runtime_error {
  public:

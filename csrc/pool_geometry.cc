@@ -114,10 +114,10 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
   return a;
 }
 
-int64_t checked_product(const std::vector<int64_t>& dims, const char* op, const char* what) {
+int64_t checked_product(const int64_t* first, const int64_t* last, const char* op, const char* what) {
   int64_t product = 1;
-  for (int64_t d : dims) {
-    if (__builtin_mul_overflow(product, d, &product)) fail(op, ": ", what, " has more elements than 64 bits can count");
+  for (const int64_t* d = first; d != last; ++d) {
+    if (__builtin_mul_overflow(product, *d, &product)) fail(op, ": ", what, " has more elements than 64 bits can count");
   }
   return product;
 }

@@ -2,6 +2,7 @@
 // shape. Kernels and shape inference both use it.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "attributes.h"
@@ -49,6 +50,12 @@ PoolGeometry windowed_geometry(const PoolAttributes& attrs, const std::vector<in
 int64_t infer_output_dim(const PoolAttributes& attrs, size_t axis, int64_t in, const char* op);
 
 // Product of dims with overflow checking; `what` names the quantity in the error.
-int64_t checked_product(const std::vector<int64_t>& dims, const char* op, const char* what);
+int64_t checked_product(const int64_t* first, const int64_t* last, const char* op, const char* what);
+inline int64_t checked_product(const std::vector<int64_t>& dims, const char* op, const char* what) {
+  return checked_product(dims.data(), dims.data() + dims.size(), op, what);
+}
+inline int64_t checked_product(std::initializer_list<int64_t> dims, const char* op, const char* what) {
+  return checked_product(dims.begin(), dims.end(), op, what);
+}
 
 }  // namespace onnx_pools

@@ -2,6 +2,7 @@
 // Also the C entry points the Python loader reads (call counters, chosen instruction set).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <climits>
 #include <mutex>
@@ -18,6 +19,7 @@
 namespace onnx_pools {
 
 const OrtApi* g_ort = nullptr;
+ShapeReferenceFn g_shape_reference = nullptr;
 
 void check(OrtStatus* status) {
   if (status == nullptr) return;
@@ -195,6 +197,39 @@ void register_ops(OrtSessionOptions* options) {
   }
 }
 
+// g_shape_reference when the running ONNX Runtime has it and it answers correctly for a tensor of known shape.
+ShapeReferenceFn find_shape_reference(const OrtApiBase* api_base) {
+  constexpr uint32_t kVersion = 24;
+  constexpr size_t kEntry = 414;  // its index among OrtApi's function pointers (byte offset 3312)
+  const OrtApi* api = api_base->GetApi(kVersion);
+  if (api == nullptr) return nullptr;
+  ShapeReferenceFn fn;
+  std::memcpy(&fn, reinterpret_cast<const char*>(api) + kEntry * sizeof(void*), sizeof fn);
+  if (fn == nullptr) return nullptr;
+  OrtMemoryInfo* memory = nullptr;
+  if (g_ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory) != nullptr) return nullptr;
+  float data[30] = {};
+  const int64_t shape[3] = {2, 3, 5};
+  OrtValue* value = nullptr;
+  OrtStatus* status = g_ort->CreateTensorWithDataAsOrtValue(memory, data, sizeof data, shape, 3,
+                                                            ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, &value);
+  bool ok = status == nullptr;
+  if (ok) {
+    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    const int64_t* dims = nullptr;
+    size_t rank = 0;
+    OrtStatus* s = fn(value, &type, &dims, &rank);
+    ok = s == nullptr && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && rank == 3 && dims != nullptr &&
+         dims[0] == 2 && dims[1] == 3 && dims[2] == 5;
+    if (s != nullptr) g_ort->ReleaseStatus(s);
+  } else {
+    g_ort->ReleaseStatus(status);
+  }
+  if (value != nullptr) g_ort->ReleaseValue(value);
+  g_ort->ReleaseMemoryInfo(memory);
+  return ok ? fn : nullptr;
+}
+
 }  // namespace
 
 }  // namespace onnx_pools
@@ -208,6 +243,8 @@ ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* o
     return oldest ? oldest->CreateStatus(ORT_FAIL, "onnx-pools needs ONNX Runtime 1.21 or newer") : nullptr;
   }
   g_ort = api;
+  static const ShapeReferenceFn shape_reference = find_shape_reference(api_base);
+  g_shape_reference = shape_reference;
   return guarded([&] { register_ops(options); });
 }
 
