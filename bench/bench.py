@@ -11,8 +11,9 @@ Each case is a one-node ONNX model.  It is timed
 at each intra-op thread count (ORT: intra_op_num_threads = t, inter_op_num_threads = 1, sequential execution;
 torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Time = median of
 N runs after warm-up, N chosen so that a measurement takes about 1 s (0.2 s with --quick).
-GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median time
-of numpy.sum (one thread) and torch.sum (t threads) over a float32 array larger than the caches; the faster counts.
+GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
+of numpy's max and sum (one thread) and torch's sum and amax (t threads) over a 128 MB float32 array (four times the
+last-level cache); the fastest counts.
 Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
 """
 from __future__ import annotations
@@ -96,6 +97,23 @@ def make_cases():
         Case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
              torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None,
              torch_desc="adaptive_avg_pool2d (half)"),
+        # Tiny tensors: what is left is the per-run cost of a node, where a custom op must not lose either.
+        Case("tiny GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 8, 4, 4),
+             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
+        Case("tiny GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 1, 1, 1),
+             torch_fn=(lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None,
+             torch_desc="amax(dim=(2,3))"),
+        Case("tiny GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (1, 8, 4, 4), {"p": 2},
+             torch_fn=(lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
+             torch_desc="linalg.vector_norm(dim=(2,3))"),
+        Case("tiny LpPool 3x3 pad1 p=2 f32", "LpPool", "float32", (1, 4, 8, 8),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2},
+             torch_fn=_lp_pool_padded(2, 3, 1, 1) if t else None,
+             torch_desc="avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)"),
+        Case("tiny QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (1, 4, 8, 8),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 0}),
+        Case("tiny QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (1, 8, 8, 4),
+             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 1}),
     ]
 
 
@@ -181,19 +199,22 @@ def bound_runner(sess, x):
 
 
 def read_ceiling(threads, target, quick):
-    """GB/s of a plain read: numpy.sum (1 thread) and torch.sum (threads) over a large float32 array."""
-    n = (16 if quick else 48) * 1024 * 1024
+    """GB/s of plain reads of a float32 array four times the size of the last-level cache (128 MB): numpy's
+    vectorised max and sum (one thread) and torch's sum and amax (`threads` threads); the fastest is the ceiling."""
+    n = 32 * 1024 * 1024
     a = np.ones(n, dtype=np.float32)
     res = {}
-    t, _ = time_fn(lambda: a.sum(), target, 5)
-    res["numpy_sum_1thread"] = a.nbytes / t / 1e9
+    for name, fn in (("numpy_max_1thread", a.max), ("numpy_sum_1thread", a.sum)):
+        t, _ = time_fn(fn, target, 5)
+        res[name] = a.nbytes / t / 1e9
     if torch is not None:
         old = torch.get_num_threads()
         torch.set_num_threads(threads)
         ta = torch.from_numpy(a)
-        t, _ = time_fn(lambda: ta.sum(), target, 5)
+        for name, fn in ((f"torch_sum_{threads}threads", ta.sum), (f"torch_amax_{threads}threads", ta.amax)):
+            t, _ = time_fn(fn, target, 5)
+            res[name] = a.nbytes / t / 1e9
         torch.set_num_threads(old)
-        res[f"torch_sum_{threads}threads"] = a.nbytes / t / 1e9
     res["ceiling"] = max(v for k, v in res.items())
     return res
 

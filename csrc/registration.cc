@@ -72,14 +72,23 @@ struct NodeKernel {
 };
 
 // An ORT custom op for one (op, element type) of the table.
+// An execution provider no session has. A type left out by `onnx_pools.types` is still registered for it: ORT
+// builds a custom op's schema from the types of every kernel registered under its name, so the model still
+// validates, while no kernel for the CPU provider matches, and ORT casts the node to float as it does for ops
+// without a float16 kernel of its own.
+constexpr const char* kSchemaOnlyProvider = "onnx_pools.SchemaOnly";
+
 struct CustomOp : OrtCustomOp {
   const OpDefinition* def;
   ONNXTensorElementDataType type;
+  bool schema_only;
 
-  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t) : OrtCustomOp{}, def(d), type(t) {
+  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t, bool schema) : OrtCustomOp{}, def(d), type(t), schema_only(schema) {
     version = ORT_API_VERSION;
     GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
-    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };  // CPU
+    GetExecutionProviderType = [](const OrtCustomOp* op) -> const char* {
+      return self(op).schema_only ? kSchemaOnlyProvider : nullptr;  // nullptr: CPU
+    };
     GetInputTypeCount = [](const OrtCustomOp* op) { return self(op).def->inputs->size(); };
     GetInputType = [](const OrtCustomOp* op, size_t i) {
       return (*self(op).def->inputs)[i].element_typed ? self(op).type : F32;
@@ -125,12 +134,13 @@ struct CustomOp : OrtCustomOp {
   static const CustomOp& self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
 };
 
-// Every (op, type) custom op, built once and alive for the life of the process.
+// Every (op, type) custom op, for the CPU provider and schema-only, built once and alive for the life of the process.
 const std::vector<CustomOp>& all_custom_ops() {
   static const std::vector<CustomOp> ops = [] {
     std::vector<CustomOp> v;
-    for (const OpDefinition& def : kOps)
-      for (ONNXTensorElementDataType t : def.types) v.emplace_back(&def, t);
+    for (bool schema_only : {false, true})
+      for (const OpDefinition& def : kOps)
+        for (ONNXTensorElementDataType t : def.types) v.emplace_back(&def, t, schema_only);
     return v;
   }();
   return ops;
@@ -141,6 +151,48 @@ std::mutex g_domains_mutex;
 std::vector<OrtCustomOpDomain*> g_domains;
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
+constexpr const char* kTypesConfigKey = "onnx_pools.types";
+
+const char* type_name(ONNXTensorElementDataType type) {
+  switch (type) {
+    case F32: return "float";
+    case F64: return "double";
+    case F16: return "float16";
+    case BF16: return "bfloat16";
+    case U8: return "uint8";
+    case S8: return "int8";
+    default: return "?";
+  }
+}
+
+// The session config entry `key`, or nullptr-like false when absent.
+bool config_entry(const OrtSessionOptions* options, const char* key, std::string& value) {
+  int has = 0;
+  check(g_ort->HasSessionConfigEntry(options, key, &has));
+  if (!has) return false;
+  size_t size = 0;
+  OrtStatus* probe = g_ort->GetSessionConfigEntry(options, key, nullptr, &size);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  value.assign(size, '\0');
+  check(g_ort->GetSessionConfigEntry(options, key, value.data(), &size));
+  value.resize(size > 0 ? size - 1 : 0);
+  return true;
+}
+
+// The names of a comma-separated list, each checked against `known`.
+std::set<std::string> name_list(const std::string& value, const std::set<std::string>& known, const char* key,
+                                const char* what) {
+  std::set<std::string> chosen;
+  std::stringstream stream(value);
+  for (std::string name; std::getline(stream, name, ',');) {
+    const size_t b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    name = name.substr(b, e - b + 1);
+    if (!known.count(name)) fail("onnx-pools: session config '", key, "' names unknown ", what, " '", name, "'");
+    chosen.insert(name);
+  }
+  return chosen;
+}
 
 // The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
 // names, in the session config entry also takes com.microsoft's: ORT registers a custom op domain at opset
@@ -153,34 +205,35 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
     all.insert(def.name);
     if (std::string(def.domain).empty()) standard.insert(def.name);
   }
-  int has = 0;
-  check(g_ort->HasSessionConfigEntry(options, kOpsConfigKey, &has));
-  if (!has) return standard;
-  size_t size = 0;
-  OrtStatus* probe = g_ort->GetSessionConfigEntry(options, kOpsConfigKey, nullptr, &size);
-  if (probe != nullptr) g_ort->ReleaseStatus(probe);
-  std::string value(size, '\0');
-  check(g_ort->GetSessionConfigEntry(options, kOpsConfigKey, value.data(), &size));
-  value.resize(size > 0 ? size - 1 : 0);
+  std::string value;
+  if (!config_entry(options, kOpsConfigKey, value)) return standard;
   if (value == "all") return all;
-  std::set<std::string> chosen;
-  std::stringstream stream(value);
-  for (std::string name; std::getline(stream, name, ',');) {
-    const size_t b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
-    if (b == std::string::npos) continue;
-    name = name.substr(b, e - b + 1);
-    if (!all.count(name)) fail("onnx-pools: session config '", kOpsConfigKey, "' names unknown op '", name, "'");
-    chosen.insert(name);
-  }
-  return chosen;
+  return name_list(value, all, kOpsConfigKey, "op");
+}
+
+// The element types this session's kernels take. Default: all. Leaving float16 out makes ORT run float16 nodes
+// through its own casts on the float kernels, which is faster when the neighbours run in float anyway (the
+// Python loader decides that from the model).
+std::set<std::string> selected_types(const OrtSessionOptions* options) {
+  std::set<std::string> all;
+  for (const OpDefinition& def : kOps)
+    for (ONNXTensorElementDataType t : def.types) all.insert(type_name(t));
+  std::string value;
+  if (!config_entry(options, kTypesConfigKey, value) || value == "all") return all;
+  return name_list(value, all, kTypesConfigKey, "element type");
 }
 
 void register_ops(OrtSessionOptions* options) {
   const std::set<std::string> chosen = selected_ops(options);
+  const std::set<std::string> types = selected_types(options);
+  // An op taken registers every type: the chosen ones for the CPU provider, the others schema-only.
+  auto taken = [&](const CustomOp& op) {
+    return chosen.count(op.def->name) && types.count(type_name(op.type)) != static_cast<size_t>(op.schema_only);
+  };
   std::vector<std::string> domains;
-  for (const OpDefinition& def : kOps) {
-    if (chosen.count(def.name) && std::find(domains.begin(), domains.end(), def.domain) == domains.end()) {
-      domains.push_back(def.domain);
+  for (const CustomOp& op : all_custom_ops()) {
+    if (taken(op) && std::find(domains.begin(), domains.end(), op.def->domain) == domains.end()) {
+      domains.push_back(op.def->domain);
     }
   }
   std::lock_guard<std::mutex> lock(g_domains_mutex);
@@ -189,9 +242,7 @@ void register_ops(OrtSessionOptions* options) {
     check(g_ort->CreateCustomOpDomain(name.c_str(), &domain));
     g_domains.push_back(domain);
     for (const CustomOp& op : all_custom_ops()) {
-      if (op.def->domain == name && chosen.count(op.def->name)) {
-        check(g_ort->CustomOpDomain_Add(domain, const_cast<CustomOp*>(&op)));
-      }
+      if (op.def->domain == name && taken(op)) check(g_ort->CustomOpDomain_Add(domain, const_cast<CustomOp*>(&op)));
     }
     check(g_ort->AddCustomOpDomain(options, domain));
   }

@@ -12,8 +12,10 @@ import os
 __version__ = "0.1.0"
 
 _LIBRARY_NAME = "libonnx_pools.so"
-# Session config entry the library reads in RegisterCustomOps: comma-separated ops it takes over.
+# Session config entries the library reads in RegisterCustomOps: comma-separated ops it takes over, and element
+# types its kernels take (float, double, float16, bfloat16, uint8, int8; default all).
 OPS_CONFIG_KEY = "onnx_pools.ops"
+TYPES_CONFIG_KEY = "onnx_pools.types"
 
 
 def get_library_path():
@@ -50,7 +52,7 @@ def _ops():
             for i in range(lib.onnx_pools_op_count())]
 
 
-def session_options(so=None, *, ops=None, model=None):
+def session_options(so=None, *, ops=None, types=None, model=None):
     """Register the library into `so` (a new onnxruntime.SessionOptions when None) and return it.
 
     ops: "all", or names of the ops the library takes over; the others keep ORT's kernels.
@@ -58,28 +60,55 @@ def session_options(so=None, *, ops=None, model=None):
     com.microsoft.QLinearAveragePool when `model` (a path, bytes or ModelProto) imports the com.microsoft domain.
     Why not always: ORT registers a library's custom domain at opset 1000, which breaks its own com.microsoft
     fusions (FusedConv, ...) in models that do not import com.microsoft themselves.
+    types: "all", or element types the kernels take. Default: all, except float16 when `model` feeds a float16
+    pooling node from a compute node: ORT's CPU provider runs such neighbours in float through casts, and a
+    float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels. Those nodes then run on
+    this library's float kernels between ORT's casts.
     """
     import onnxruntime
 
     if so is None:
         so = onnxruntime.SessionOptions()
-    if ops is None and model is not None and _imports_com_microsoft(model):
-        ops = "all"
-    if ops is not None:
-        ops = ops if isinstance(ops, str) else ",".join(ops)
-        so.add_session_config_entry(OPS_CONFIG_KEY, ops)
+    if model is not None and (ops is None or types is None):
+        model = _load(model)
+        if ops is None and any(opset.domain == "com.microsoft" for opset in model.opset_import):
+            ops = "all"
+        if types is None and _float16_pool_fed_by_compute(model):
+            types = ["float", "double", "bfloat16", "uint8", "int8"]
+    for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
+        if value is not None:
+            so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
     so.register_custom_ops_library(get_library_path())
     return so
 
 
-def _imports_com_microsoft(model):
+def _load(model):
     import onnx
 
+    if isinstance(model, onnx.ModelProto):
+        return model
     if isinstance(model, (bytes, bytearray)):
-        model = onnx.load_from_string(bytes(model))
-    elif not isinstance(model, onnx.ModelProto):
-        model = onnx.load(os.fspath(model), load_external_data=False)
-    return any(opset.domain == "com.microsoft" for opset in model.opset_import)
+        return onnx.load_from_string(bytes(model))
+    return onnx.load(os.fspath(model), load_external_data=False)
+
+
+def _float16_pool_fed_by_compute(model):
+    """Whether a float16 pooling node of the main graph takes its input from a node other than a Cast."""
+    import onnx
+
+    graph = model.graph
+    pools = [n for n in graph.node if n.op_type in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")
+             and n.domain in ("", "ai.onnx") and n.input]
+    if not pools:
+        return False
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # a model shape inference cannot follow: keep the default
+        return False
+    types = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
+    producers = {out: n for n in graph.node for out in n.output}
+    return any(types.get(n.input[0]) == onnx.TensorProto.FLOAT16 and n.input[0] in producers
+               and producers[n.input[0]].op_type != "Cast" for n in pools)
 
 
 def call_counts():

@@ -92,6 +92,80 @@ def test_ops_selection_all_by_default():
     assert after["GlobalAveragePool"] == before["GlobalAveragePool"] + 1
 
 
+# --------------------------------------------------------------------------- element-type selection
+
+def _f16_relu_pool_model(fed_by_relu=True):
+    """X(f16) -> [Relu ->] GlobalAveragePool: the pool fed by an ORT compute node, or by the graph input."""
+    T = TensorProto.FLOAT16
+    nodes = [helper.make_node("GlobalAveragePool", ["R" if fed_by_relu else "X"], ["Y"], name="gap")]
+    if fed_by_relu:
+        nodes.insert(0, helper.make_node("Relu", ["X"], ["R"], name="relu"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", T, [2, 8, 6, 5])],
+                          [helper.make_tensor_value_info("Y", T, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = IR_VERSION
+    return m
+
+
+def _pool_input_type(so, model, tmp_path):
+    """Element type of the GlobalAveragePool node's input in ORT's optimised graph (after its inserted casts)."""
+    import onnx
+
+    out = tmp_path / "optimized.onnx"
+    so.optimized_model_filepath = str(out)
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    opt = onnx.shape_inference.infer_shapes(onnx.load(str(out)))
+    types = {v.name: v.type.tensor_type.elem_type for v in list(opt.graph.input) + list(opt.graph.value_info)}
+    (gap,) = [n for n in opt.graph.node if n.op_type == "GlobalAveragePool"]
+    return sess, types.get(gap.input[0])
+
+
+@pytest.mark.parametrize("fed_by_relu", [True, False])
+def test_float16_kernels_taken_only_where_they_help(fed_by_relu, tmp_path):
+    """A float16 pool fed by an ORT compute node runs on the float kernel between ORT's casts (a float16 kernel would
+    add a cast and keep the Relu in ORT's slow float16 kernel); fed by the graph input it runs in float16."""
+    model = _f16_relu_pool_model(fed_by_relu)
+    sess, pool_input = _pool_input_type(onnx_pools.session_options(model=model), model, tmp_path)
+    assert pool_input == (TensorProto.FLOAT if fed_by_relu else TensorProto.FLOAT16)
+    x = R.to_dtype(np.random.default_rng(3).standard_normal([2, 8, 6, 5]), "float16")
+    before = onnx_pools.call_counts()["GlobalAveragePool"]
+    (y,) = sess.run(None, {"X": x})
+    assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1
+    xr = np.maximum(x, 0) if fed_by_relu else x
+    R.assert_close(y, R.global_average_pool(xr), "float16", R.input_scale(xr))
+
+
+def test_all_types_without_model_and_explicit_types(tmp_path):
+    model = _f16_relu_pool_model(True)
+    _, pool_input = _pool_input_type(onnx_pools.session_options(), model, tmp_path)
+    assert pool_input == TensorProto.FLOAT16, "without a model every type is registered for the CPU provider"
+    _, pool_input = _pool_input_type(onnx_pools.session_options(types=["float"]), model, tmp_path)
+    assert pool_input == TensorProto.FLOAT
+
+
+def test_types_selection_unknown_name_is_a_clear_error():
+    with pytest.raises(Exception, match=r"onnx_pools\.types.*unknown element type 'float17'"):
+        onnx_pools.session_options(types="float,float17")  # RegisterCustomOps reads the entry and refuses
+
+
+def test_types_selection_leaves_other_types_to_ort():
+    """A double model with only float taken: ORT has no double kernel, so the session fails to load (as stock ORT
+    does) rather than running the library's double kernel."""
+    T = TensorProto.DOUBLE
+    g = helper.make_graph([helper.make_node("GlobalMaxPool", ["X"], ["Y"])], "g",
+                          [helper.make_tensor_value_info("X", T, [1, 2, 3, 3])], [helper.make_tensor_value_info("Y", T, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = IR_VERSION
+    with pytest.raises(Exception, match="GlobalMaxPool"):
+        ort.InferenceSession(m.SerializeToString(), onnx_pools.session_options(types=["float"]),
+                             providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(m.SerializeToString(), onnx_pools.session_options(types=["double"]),
+                                providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(4).standard_normal([1, 2, 3, 3])
+    np.testing.assert_array_equal(sess.run(None, {"X": x})[0], R.global_max_pool(x))
+
+
 def test_reset_call_counts():
     x = R.to_dtype(np.ones([1, 2, 3, 3]), "float32")
     run_op("GlobalMaxPool", 13, "float32", x)
