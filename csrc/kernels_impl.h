@@ -10,7 +10,7 @@
 #include "dtypes.h"
 #include "kernels.h"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -22,7 +22,7 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 constexpr int64_t kBlock = 1024;  // elements converted to the accumulator type at a time
-constexpr int kLanes = 32;        // independent partial results, so the compiler can fill vector registers
+constexpr int kLanes = 64;        // independent partial results, so the compiler can fill vector registers
 
 template <class V>
 inline V min_of(V a, V b) { return b < a ? b : a; }
@@ -242,29 +242,128 @@ double power_sum_block(const A* a, int64_t n, Power power) { return mapped_sum_b
 template <class A>
 inline A max_step(A m, A v) { return (v > m || v != v) ? v : m; }
 
+// 64-byte vectors of the accumulator type (GCC vector extensions: one zmm register with AVX-512, split into
+// narrower registers by the other builds). Used where the compiler will not vectorise a NaN-aware max by itself.
+template <class A>
+struct Vector64;
+template <>
+struct Vector64<float> {
+  typedef float Value __attribute__((vector_size(64)));
+  typedef int32_t Mask __attribute__((vector_size(64)));
+  static constexpr int kLength = 16;
+};
+template <>
+struct Vector64<double> {
+  typedef double Value __attribute__((vector_size(64)));
+  typedef int64_t Mask __attribute__((vector_size(64)));
+  static constexpr int kLength = 8;
+};
+
+// Short channels (one to a few vectors, e.g. 7x7): per channel, the fixed cost of folding lanes decides, and only
+// intrinsics give a cheap fold. The last load overlaps the previous one instead of a scalar tail (max is
+// idempotent). Returns false when this build has no such path for A or n is outside its range.
+// (GCC 12's own _mm512_reduce_max_* trips -Wmaybe-uninitialized inside its header.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <class A>
+inline bool max_short(const A* a, int64_t n, A& result) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<A, float>) {
+    if (n < 16 || n > 128) return false;
+    __m512 m = _mm512_loadu_ps(a);
+    __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+    for (int64_t i = 16; i < n; i += 16) {
+      const __m512 v = _mm512_loadu_ps(a + (i + 16 <= n ? i : n - 16));
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_max_ps(m, v);
+    }
+    if (nan) return false;
+    result = _mm512_reduce_max_ps(m);
+    return true;
+  } else {
+    if (n < 8 || n > 64) return false;
+    __m512d m = _mm512_loadu_pd(a);
+    __mmask8 nan = _mm512_cmp_pd_mask(m, m, _CMP_UNORD_Q);
+    for (int64_t i = 8; i < n; i += 8) {
+      const __m512d v = _mm512_loadu_pd(a + (i + 8 <= n ? i : n - 8));
+      nan |= _mm512_cmp_pd_mask(v, v, _CMP_UNORD_Q);
+      m = _mm512_max_pd(m, v);
+    }
+    if (nan) return false;
+    result = _mm512_reduce_max_pd(m);
+    return true;
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    if (n < 8 || n > 64) return false;
+    __m256 m = _mm256_loadu_ps(a);
+    __m256 nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    for (int64_t i = 8; i < n; i += 8) {
+      const __m256 v = _mm256_loadu_ps(a + (i + 8 <= n ? i : n - 8));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      m = _mm256_max_ps(m, v);
+    }
+    if (_mm256_movemask_ps(nan)) return false;
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    result = _mm_cvtss_f32(h);
+    return true;
+  } else {
+    (void)a;
+    (void)n;
+    (void)result;
+    return false;
+  }
+#else
+  (void)a;
+  (void)n;
+  (void)result;
+  return false;
+#endif
+}
+#pragma GCC diagnostic pop
+
+// max(running, a[0..n)), NaN if any is NaN. Four vectors of running maxima plus a "saw NaN" mask: a plain compare
+// and select per element, where a sticky-NaN select would chain three.
 template <class A>
 A max_block(const A* a, int64_t n, A running) {
-  if (n < 2 * kLanes) {
-    A m0 = running, m1 = running;
-    int64_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-      m0 = max_step(m0, a[i]);
-      m1 = max_step(m1, a[i + 1]);
-    }
-    if (i < n) m0 = max_step(m0, a[i]);
-    return max_step(m0, m1);
-  }
-  A lanes[kLanes];
-  fill(lanes, kLanes, running);
+  using V = typename Vector64<A>::Value;
+  using M = typename Vector64<A>::Mask;
+  constexpr int N = Vector64<A>::kLength;
+  if (running != running) return running;
+  A short_max;
+  if (max_short(a, n, short_max)) return running < short_max ? short_max : running;  // no NaN in either
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] = max_step(lanes[l], a[i + l]);
+  if (n >= N) {
+    const V start = V{} + running;
+    V m[4] = {start, start, start, start};
+    M nan = {};
+    for (; i + 4 * N <= n; i += 4 * N) {
+      for (int k = 0; k < 4; ++k) {
+        V v;
+        std::memcpy(&v, a + i + k * N, sizeof v);
+        m[k] = v > m[k] ? v : m[k];
+        nan |= v != v;
+      }
+    }
+    for (; i + N <= n; i += N) {
+      V v;
+      std::memcpy(&v, a + i, sizeof v);
+      m[0] = v > m[0] ? v : m[0];
+      nan |= v != v;
+    }
+    bool any_nan = false;
+    for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
+    if (any_nan) {  // rare: the first NaN, as the sequential definition gives
+      for (int64_t j = 0; j < i; ++j)
+        if (a[j] != a[j]) return a[j];
+    }
+    for (int k = 1; k < 4; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
+    for (int l = 0; l < N; ++l) running = running < m[0][l] ? m[0][l] : running;  // no NaN left: a plain max
   }
-  for (int l = 0; i + l < n; ++l) lanes[l] = max_step(lanes[l], a[i + l]);
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] = max_step(lanes[l], lanes[l + width]);
-  }
-  return lanes[0];
+  for (; i < n; ++i) running = max_step(running, a[i]);
+  return running;
 }
 
 template <class T, Reduction R>

@@ -196,6 +196,27 @@ def test_global_nan_inf(op, dtype):
             assert (yf[:, 1:5] == inf).all()
 
 
+@pytest.mark.parametrize("L", [1, 7, 8, 9, 15, 16, 17, 31, 49, 63, 64, 65, 100, 128, 129, 200, 1100])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_global_max_nan_inf_every_length(dtype, L):
+    """GlobalMaxPool's vector paths (short channels: overlapping loads; long: four vectors and a NaN mask) keep
+    NaN wherever it is and handle +-inf, for lengths around every vector width."""
+    rng = rng_for("maxlen", dtype, L)
+    x = rng.standard_normal([1, 8, L])
+    for c, pos in enumerate((0, L // 2, L - 1)):
+        x[0, c, pos] = np.nan
+    x[0, 3, L // 3] = np.inf
+    x[0, 4, :] = -np.inf
+    x[0, 5, (2 * L) // 3] = -np.inf
+    x[0, 6, L - 1] = 50.0  # the maximum in the last element (a tail or overlapping load)
+    x = R.to_dtype(x, dtype)
+    y, _ = run_op("GlobalMaxPool", 13, dtype, x)
+    ref = np.max(R.to_f64(x), axis=-1)  # numpy propagates NaN
+    got = R.to_f64(y)[..., 0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.where(np.isnan(ref), 0, got), np.where(np.isnan(ref), 0, ref))
+
+
 # --------------------------------------------------------------------------- empty N / C
 
 
