@@ -463,6 +463,36 @@ A* window_sums(const S* src, A* buf_a, A* buf_b, const PoolGeometry& g, int64_t 
   return spare;  // the buffer written last
 }
 
+// Window sums of one 2-D plane, computed window by window: for output rows too short for the separable passes'
+// vector loops (their per-row setup would dominate), e.g. 2x2 windows over 7x7 planes.
+template <class S, class A>
+void direct_window_sums_2d(const S* src, A* dst, const PoolGeometry& g) {
+  const AxisGeometry& gh = g.axes[0];
+  const AxisGeometry& gw = g.axes[1];
+  for (int64_t oh = 0; oh < gh.out; ++oh) {
+    const int64_t h0 = oh * gh.stride - gh.pad_begin;
+    for (int64_t ow = 0; ow < gw.out; ++ow) {
+      const int64_t w0 = ow * gw.stride - gw.pad_begin;
+      const bool w_inside = w0 >= 0 && w0 + (gw.kernel - 1) * gw.dilation < gw.in;
+      A sum = 0;
+      for (int64_t kh = 0; kh < gh.kernel; ++kh) {
+        const int64_t h = h0 + kh * gh.dilation;
+        if (h < 0 || h >= gh.in) continue;
+        const S* row = src + h * gw.in;
+        if (w_inside) {  // the usual case: no bounds test per element
+          for (int64_t kw = 0; kw < gw.kernel; ++kw) sum += static_cast<A>(row[w0 + kw * gw.dilation]);
+        } else {
+          for (int64_t kw = 0; kw < gw.kernel; ++kw) {
+            const int64_t w = w0 + kw * gw.dilation;
+            if (w >= 0 && w < gw.in) sum += static_cast<A>(row[w]);
+          }
+        }
+      }
+      dst[oh * gw.out + ow] = sum;
+    }
+  }
+}
+
 // Calls f(offset) for the in-bounds positions of one window, in row-major order (last axis fastest); offset
 // is the linear position in the input's spatial plane. `index` is scratch for 2 * rank values.
 template <class F>
@@ -600,18 +630,25 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   const AxisGeometry& last = g.axes[rank - 1];
   const int64_t out_last = last.out;
   const int64_t row_size = out_last * channels;
-  const int64_t rows = g.out_size / out_last;
+  const int64_t rows = g.out_size / out_last;  // output rows of one unit
+  // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
+  // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that the
+  // requantisation below still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
+  const bool direct = channels == 1 && rank == 2 && out_last < 16;
+  const int64_t widened = channels == 1 && !direct ? g.in_size : 0;
+  const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, 4096 / g.out_size)) : 1;
+  const int64_t direct_sums = direct ? step_units * g.out_size : 0;
+  const int64_t step_rows = step_units * rows;
   // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one flat
   // block of up to ~4096 values: one row alone is often shorter than the vectorised loop's step.
-  const int64_t block_rows = max_of<int64_t>(1, min_of<int64_t>(rows, 4096 / row_size));
+  const int64_t block_rows = max_of<int64_t>(1, min_of<int64_t>(step_rows, 4096 / row_size));
   const int64_t block_positions = block_rows * out_last;
-  // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
-  const int64_t widened = channels == 1 ? g.in_size : 0;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened) +
+  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
-                       sizeof(int64_t) * 2 * rank);
+                       sizeof(int64_t) * static_cast<size_t>(2 * rank + rows));
   I* plane = memory.as<I>();
-  I* buf_a = plane + widened;
+  I* step_sums = plane + widened;
+  I* buf_a = step_sums + direct_sums;
   I* buf_b = buf_a + scratch;
   // Per output position of a block: x_zero_point * elements in the window, and x_scale / (y_scale * count). Two
   // of them, so the interior rows' block is built once per call and the edge rows, one at a time, use the other.
@@ -626,6 +663,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   bulk.scale = reinterpret_cast<double*>(edge.zero_sum + out_last);
   edge.scale = bulk.scale + block_positions;
   int64_t* index = reinterpret_cast<int64_t*>(edge.scale + out_last);
+  int64_t* row_lead_valid = index + 2 * rank;  // per output row of a unit: in-bounds count over the leading axes
+  for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
   const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
   auto pattern_for = [&](int64_t lead_valid, int64_t n_rows) -> const Pattern& {
@@ -647,20 +686,27 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     return p;
   };
 
-  for (int64_t u = 0; u < units; ++u) {
+  for (int64_t u = 0; u < units; u += step_units) {
+    const int64_t n_units = min_of(step_units, units - u);
     const Q* xu = x + u * g.in_size * channels;
     Q* yu = y + u * g.out_size * channels;
     const I* sums;
-    if (channels == 1) {
+    if (direct) {
+      for (int64_t k = 0; k < n_units; ++k) direct_window_sums_2d(xu + k * g.in_size, step_sums + k * g.out_size, g);
+      sums = step_sums;
+    } else if (channels == 1) {
       for (int64_t i = 0; i < g.in_size; ++i) plane[i] = static_cast<I>(xu[i]);
       sums = window_sums(static_cast<const I*>(plane), buf_a, buf_b, g, 1);
     } else {
       sums = window_sums(xu, buf_a, buf_b, g, channels);
     }
-    for (int64_t row = 0; row < rows;) {
-      const int64_t lead_valid = lead_valid_count(g, row);
+    const int64_t unit_rows = n_units * rows;  // the rows of consecutive units follow one another
+    for (int64_t row = 0; row < unit_rows;) {
+      const int64_t lead_valid = row_lead_valid[row % rows];
       int64_t n_rows = 1;
-      while (n_rows < block_rows && row + n_rows < rows && lead_valid_count(g, row + n_rows) == lead_valid) ++n_rows;
+      while (n_rows < block_rows && row + n_rows < unit_rows && row_lead_valid[(row + n_rows) % rows] == lead_valid) {
+        ++n_rows;
+      }
       const Pattern& pattern = pattern_for(lead_valid, n_rows);
       const I* zero_sum = pattern.zero_sum;
       const double* scale = pattern.scale;
@@ -693,7 +739,10 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
           const int64_t i = e / channels;
           const double v = clamp_to<Q>(static_cast<double>(s[e] - zero_sum[i]) * scale[i] + y_zero);
           if (near_tie(v)) {
-            const double ort_value = ort_float_value(xu, g, channels, e % channels, row * out_last + i, q, index);
+            const int64_t r = row + i / out_last;  // the unit's row, and the unit
+            const Q* x_unit = xu + (r / rows) * g.in_size * channels;
+            const int64_t out_index = (r % rows) * out_last + i % out_last;
+            const double ort_value = ort_float_value(x_unit, g, channels, e % channels, out_index, q, index);
             yb[e] = to_quantized<Q>(clamp_to<Q>(ort_value));
           }
         }
