@@ -42,9 +42,16 @@ void load_block(const T* src, AccOf<T>* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_acc<AccOf<T>>(src[i]);
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_cvtph_ps, inside its header
 template <>
 void load_block<Float16>(const Float16* src, float* dst, int64_t n) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  }
+#endif
 #if defined(__F16C__)
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
@@ -52,6 +59,7 @@ void load_block<Float16>(const Float16* src, float* dst, int64_t n) {
 #endif
   for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
+#pragma GCC diagnostic pop
 
 template <>
 void load_block<BFloat16>(const BFloat16* src, float* dst, int64_t n) {
