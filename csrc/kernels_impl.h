@@ -422,6 +422,25 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
 template <class S, class A>
 void window_sum_axis(const S* src, A* dst, int64_t outer, int64_t inner, const AxisGeometry& g) {
   const int64_t length = g.in, out = g.out, stride = g.stride;
+  if (g.kernel > length) {
+    // Kernel longer than the axis (huge kernels with matching pads): per window, only the k that land inside, so
+    // the work is bounded by the input, not by the kernel.
+    for (int64_t o = 0; o < outer; ++o) {
+      const S* s = src + o * length * inner;
+      A* d = dst + o * out * inner;
+      fill(d, out * inner, A(0));
+      for (int64_t j = 0; j < out; ++j) {
+        int64_t k_lo, k_hi;
+        g.valid_range(j, k_lo, k_hi);
+        A* dj = d + j * inner;
+        for (int64_t k = k_lo; k < k_hi; ++k) {
+          const S* sk = s + (j * stride - g.pad_begin + k * g.dilation) * inner;
+          for (int64_t i = 0; i < inner; ++i) dj[i] += static_cast<A>(sk[i]);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t o = 0; o < outer; ++o) {
     const S* s = src + o * length * inner;
     A* d = dst + o * out * inner;
@@ -479,22 +498,16 @@ void direct_window_sums_2d(const S* src, A* dst, const PoolGeometry& g) {
   const AxisGeometry& gw = g.axes[1];
   for (int64_t oh = 0; oh < gh.out; ++oh) {
     const int64_t h0 = oh * gh.stride - gh.pad_begin;
+    int64_t kh_lo, kh_hi;
+    gh.valid_range(oh, kh_lo, kh_hi);
     for (int64_t ow = 0; ow < gw.out; ++ow) {
       const int64_t w0 = ow * gw.stride - gw.pad_begin;
-      const bool w_inside = w0 >= 0 && w0 + (gw.kernel - 1) * gw.dilation < gw.in;
+      int64_t kw_lo, kw_hi;
+      gw.valid_range(ow, kw_lo, kw_hi);
       A sum = 0;
-      for (int64_t kh = 0; kh < gh.kernel; ++kh) {
-        const int64_t h = h0 + kh * gh.dilation;
-        if (h < 0 || h >= gh.in) continue;
-        const S* row = src + h * gw.in;
-        if (w_inside) {  // the usual case: no bounds test per element
-          for (int64_t kw = 0; kw < gw.kernel; ++kw) sum += static_cast<A>(row[w0 + kw * gw.dilation]);
-        } else {
-          for (int64_t kw = 0; kw < gw.kernel; ++kw) {
-            const int64_t w = w0 + kw * gw.dilation;
-            if (w >= 0 && w < gw.in) sum += static_cast<A>(row[w]);
-          }
-        }
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        const S* row = src + (h0 + kh * gh.dilation) * gw.in;
+        for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += static_cast<A>(row[w0 + kw * gw.dilation]);
       }
       dst[oh * gw.out + ow] = sum;
     }
@@ -502,31 +515,33 @@ void direct_window_sums_2d(const S* src, A* dst, const PoolGeometry& g) {
 }
 
 // Calls f(offset) for the in-bounds positions of one window, in row-major order (last axis fastest); offset
-// is the linear position in the input's spatial plane. `index` is scratch for 2 * rank values.
+// is the linear position in the input's spatial plane. `index` is scratch for kVisitScratch * rank values. Only
+// in-bounds k are visited, so the cost is bounded by the input however large the kernel.
+constexpr size_t kVisitScratch = 4;
 template <class F>
 void visit_window(const PoolGeometry& g, int64_t out_index, int64_t* index, F&& f) {
   const size_t rank = g.axes.size();
-  int64_t* start = index;  // per axis: first input position of the window
+  int64_t* start = index;  // per axis: the window's first position, the current k and its in-bounds range
   int64_t* k = index + rank;
+  int64_t* k_lo = index + 2 * rank;
+  int64_t* k_hi = index + 3 * rank;
   for (size_t a = rank; a-- > 0;) {
-    const int64_t j = out_index % g.axes[a].out;
-    out_index /= g.axes[a].out;
-    start[a] = j * g.axes[a].stride - g.axes[a].pad_begin;
-    k[a] = 0;
+    const AxisGeometry& ax = g.axes[a];
+    const int64_t j = out_index % ax.out;
+    out_index /= ax.out;
+    ax.valid_range(j, k_lo[a], k_hi[a]);
+    if (k_lo[a] >= k_hi[a]) return;  // no element along this axis: an empty window
+    start[a] = j * ax.stride - ax.pad_begin;
+    k[a] = k_lo[a];
   }
   for (;;) {
     int64_t offset = 0;
-    bool inside = true;
-    for (size_t a = 0; a < rank && inside; ++a) {
-      const int64_t pos = start[a] + k[a] * g.axes[a].dilation;
-      inside = pos >= 0 && pos < g.axes[a].in;
-      offset = offset * g.axes[a].in + pos;
-    }
-    if (inside) f(offset);
+    for (size_t a = 0; a < rank; ++a) offset = offset * g.axes[a].in + start[a] + k[a] * g.axes[a].dilation;
+    f(offset);
     size_t a = rank;
     while (a-- > 0) {
-      if (++k[a] < g.axes[a].kernel) break;
-      k[a] = 0;
+      if (++k[a] < k_hi[a]) break;
+      k[a] = k_lo[a];
     }
     if (a == static_cast<size_t>(-1)) return;
   }
@@ -538,7 +553,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   const int64_t scratch = max_of(g.largest_intermediate, g.in_size);
-  ScratchBuffer memory(sizeof(A) * static_cast<size_t>(3 * scratch) + sizeof(int64_t) * 2 * g.axes.size());
+  ScratchBuffer memory(sizeof(A) * static_cast<size_t>(3 * scratch) + sizeof(int64_t) * kVisitScratch * g.axes.size());
   A* powers = memory.as<A>();
   A* buf_a = powers + scratch;
   A* buf_b = buf_a + scratch;
@@ -653,7 +668,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   const int64_t block_positions = block_rows * out_last;
   ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
-                       sizeof(int64_t) * static_cast<size_t>(2 * rank + rows));
+                       sizeof(int64_t) * (kVisitScratch * rank + static_cast<size_t>(rows)));
   I* plane = memory.as<I>();
   I* step_sums = plane + widened;
   I* buf_a = step_sums + direct_sums;
@@ -671,7 +686,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   bulk.scale = reinterpret_cast<double*>(edge.zero_sum + out_last);
   edge.scale = bulk.scale + block_positions;
   int64_t* index = reinterpret_cast<int64_t*>(edge.scale + out_last);
-  int64_t* row_lead_valid = index + 2 * rank;  // per output row of a unit: in-bounds count over the leading axes
+  int64_t* row_lead_valid = index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
   for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
   const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);

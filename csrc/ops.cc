@@ -254,7 +254,11 @@ class LpPool final : public OpKernel {
     if (planes == 0 || g.out_size == 0) return;
     const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
     const size_t bytes = element_bytes(type_);
-    parallel_for(ctx, planes, g.in_size + g.out_size * g.kernel_size / 4, [&](int64_t begin, int64_t end) {
+    // cost per plane: a window costs at most its in-bounds elements (no overflow with huge kernels)
+    const int64_t window_cost = std::min(g.kernel_size, g.in_size);
+    const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
+                             ? (int64_t{1} << 40) : g.in_size + g.out_size * window_cost / 4;
+    parallel_for(ctx, planes, cost, [&](int64_t begin, int64_t end) {
       fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
          static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, g, lp_);
     });

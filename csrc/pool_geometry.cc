@@ -34,14 +34,35 @@ std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* nam
   return *values;
 }
 
-// Output size and padding of one axis; the geometry rules all live here.
+// Sizes along one axis (input + pads, the kernel's extent) are kept below 2^60, so every position and offset the
+// kernels form from them (sums of a few such sizes) fits int64 without checks.
+constexpr int64_t kMaxAxisSize = int64_t{1} << 60;
+
+int64_t bounded(int64_t value, const char* op, const char* attribute) {
+  if (value > kMaxAxisSize) fail(op, ": attribute '", attribute, "' is too large: an axis would span more than 2^60 positions");
+  return value;
+}
+
+// Output size and padding of one axis, then normalised: a stride that never applies (one window) becomes 1, and a
+// dilation that never applies (kernel 1) becomes 1, so values up to 2^63 cannot overflow the kernels' arithmetic.
+AxisGeometry compute_axis_raw(const PoolAttributes& a, size_t axis, int64_t in, const char* op);
+
 AxisGeometry compute_axis(const PoolAttributes& a, size_t axis, int64_t in, const char* op) {
+  AxisGeometry g = compute_axis_raw(a, axis, in, op);
+  if (g.out <= 1) g.stride = 1;
+  if (g.kernel == 1) g.dilation = 1;
+  return g;
+}
+
+// Output size and padding of one axis; the geometry rules all live here.
+AxisGeometry compute_axis_raw(const PoolAttributes& a, size_t axis, int64_t in, const char* op) {
   AxisGeometry g;
   g.in = in;
   g.kernel = a.kernel_shape[axis];
   g.stride = a.strides.empty() ? 1 : a.strides[axis];
   g.dilation = a.dilations.empty() ? 1 : a.dilations[axis];
-  const int64_t extent = checked_add(checked_mul(g.kernel - 1, g.dilation, op, "kernel_shape"), 1, op, "dilations");
+  const int64_t extent = bounded(checked_add(checked_mul(g.kernel - 1, g.dilation, op, "kernel_shape"), 1, op, "dilations"),
+                                 op, g.kernel > 1 && g.dilation > 1 ? "dilations" : "kernel_shape");
 
   if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
     // out = ceil(in / stride); the padding that takes is never negative (TensorFlow's SAME, as the spec says).
@@ -56,7 +77,7 @@ AxisGeometry compute_axis(const PoolAttributes& a, size_t axis, int64_t in, cons
     g.pad_begin = a.pads[axis];
     g.pad_end = a.pads[axis + a.spatial_rank()];
   }
-  const int64_t padded = checked_add(checked_add(in, g.pad_begin, op, "pads"), g.pad_end, op, "pads");
+  const int64_t padded = bounded(checked_add(checked_add(in, g.pad_begin, op, "pads"), g.pad_end, op, "pads"), op, "pads");
   if (extent > padded) {
     fail(op, ": attribute 'kernel_shape' (", g.kernel, " with dilation ", g.dilation, ", extent ", extent,
          ") is larger than the padded input (", padded, ") along spatial axis ", axis);
@@ -73,14 +94,6 @@ AxisGeometry compute_axis(const PoolAttributes& a, size_t axis, int64_t in, cons
 }
 
 }  // namespace
-
-int64_t AxisGeometry::valid_count(int64_t j) const {
-  const int64_t start = j * stride - pad_begin;
-  // k in [0, kernel) with 0 <= start + k*dilation < in
-  const int64_t k_lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-  const int64_t k_hi = start >= in ? 0 : std::min<int64_t>(kernel, (in - 1 - start) / dilation + 1);
-  return std::max<int64_t>(0, k_hi - k_lo);
-}
 
 PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op) {
   PoolAttributes a;

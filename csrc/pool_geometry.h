@@ -29,8 +29,21 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
 struct AxisGeometry {
   int64_t in = 0, out = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0;
 
+  // The k of window j whose position j*stride - pad_begin + k*dilation falls inside [0, in): [k_lo, k_hi), maybe
+  // empty. Loops over these, not over the whole kernel, stay bounded by the input however large the kernel.
+  void valid_range(int64_t j, int64_t& k_lo, int64_t& k_hi) const {
+    const int64_t start = j * stride - pad_begin;
+    k_lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+    k_hi = start >= in ? 0 : (in - 1 - start) / dilation + 1;
+    if (k_hi > kernel) k_hi = kernel;
+    if (k_hi < k_lo) k_hi = k_lo;
+  }
   // Number of window positions j*stride - pad_begin + k*dilation that fall inside [0, in).
-  int64_t valid_count(int64_t j) const;
+  int64_t valid_count(int64_t j) const {
+    int64_t k_lo, k_hi;
+    valid_range(j, k_lo, k_hi);
+    return k_hi - k_lo;
+  }
 };
 
 struct PoolGeometry {
