@@ -249,7 +249,9 @@ class LpPool final : public OpKernel {
     std::vector<int64_t> out_shape{x.shape[0], x.shape[1]};
     for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
     const int64_t planes = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
-    checked_product(out_shape, op_.c_str(), "output 'Y'");
+    // in bytes too: ORT's allocator would otherwise fail on the size without naming the op
+    checked_product({checked_product(out_shape, op_.c_str(), "output 'Y'"), static_cast<int64_t>(element_bytes(type_))},
+                    op_.c_str(), "output 'Y' (in bytes)");
     void* y = output(ctx, out_shape.data(), out_shape.size());
     if (planes == 0 || g.out_size == 0) return;
     const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
