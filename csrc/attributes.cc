@@ -12,7 +12,7 @@ bool ok(OrtStatus* status) {
 
 }  // namespace
 
-std::optional<std::vector<int64_t>> KernelInfoAttributes::ints(const char* name) const {
+std::optional<std::vector<int64_t>> KernelInfoAttributes::get_ints(const char* name) const {
   size_t size = 0;
   // Asking with no buffer reports the size (and an error status on some ORT versions).
   OrtStatus* probe = g_ort->KernelInfoGetAttributeArray_int64(info_, name, nullptr, &size);
@@ -26,19 +26,19 @@ std::optional<std::vector<int64_t>> KernelInfoAttributes::ints(const char* name)
   return values;
 }
 
-std::optional<int64_t> KernelInfoAttributes::integer(const char* name) const {
+std::optional<int64_t> KernelInfoAttributes::get_integer(const char* name) const {
   int64_t value = 0;
   if (!ok(g_ort->KernelInfoGetAttribute_int64(info_, name, &value))) return std::nullopt;
   return value;
 }
 
-std::optional<float> KernelInfoAttributes::real(const char* name) const {
+std::optional<float> KernelInfoAttributes::get_real(const char* name) const {
   float value = 0;
   if (!ok(g_ort->KernelInfoGetAttribute_float(info_, name, &value))) return std::nullopt;
   return value;
 }
 
-std::optional<std::string> KernelInfoAttributes::text(const char* name) const {
+std::optional<std::string> KernelInfoAttributes::get_text(const char* name) const {
   size_t size = 0;
   OrtStatus* probe = g_ort->KernelInfoGetAttribute_string(info_, name, nullptr, &size);
   if (probe != nullptr) {
@@ -51,13 +51,25 @@ std::optional<std::string> KernelInfoAttributes::text(const char* name) const {
   return value;
 }
 
+// Present with any type: one of the readers ORT offers a kernel info succeeds.
+bool KernelInfoAttributes::present(const char* name) const {
+  if (get_integer(name) || get_real(name) || get_ints(name) || get_text(name)) return true;
+  size_t size = 0;
+  OrtStatus* status = g_ort->KernelInfoGetAttributeArray_float(info_, name, nullptr, &size);
+  if (status == nullptr) return true;
+  g_ort->ReleaseStatus(status);
+  return size > 0;
+}
+
+bool ShapeInferAttributes::present(const char* name) const { return find(name) != nullptr; }
+
 const OrtOpAttr* ShapeInferAttributes::find(const char* name) const {
   const OrtOpAttr* attr = nullptr;
   if (!ok(g_ort->ShapeInferContext_GetAttribute(ctx_, name, &attr))) return nullptr;
   return attr;
 }
 
-std::optional<std::vector<int64_t>> ShapeInferAttributes::ints(const char* name) const {
+std::optional<std::vector<int64_t>> ShapeInferAttributes::get_ints(const char* name) const {
   const OrtOpAttr* attr = find(name);
   if (attr == nullptr) return std::nullopt;
   size_t bytes = 0;
@@ -69,7 +81,7 @@ std::optional<std::vector<int64_t>> ShapeInferAttributes::ints(const char* name)
   return values;
 }
 
-std::optional<int64_t> ShapeInferAttributes::integer(const char* name) const {
+std::optional<int64_t> ShapeInferAttributes::get_integer(const char* name) const {
   const OrtOpAttr* attr = find(name);
   int64_t value = 0;
   size_t bytes = 0;
@@ -79,7 +91,7 @@ std::optional<int64_t> ShapeInferAttributes::integer(const char* name) const {
   return value;
 }
 
-std::optional<float> ShapeInferAttributes::real(const char* name) const {
+std::optional<float> ShapeInferAttributes::get_real(const char* name) const {
   const OrtOpAttr* attr = find(name);
   float value = 0;
   size_t bytes = 0;
@@ -89,7 +101,7 @@ std::optional<float> ShapeInferAttributes::real(const char* name) const {
   return value;
 }
 
-std::optional<std::string> ShapeInferAttributes::text(const char* name) const {
+std::optional<std::string> ShapeInferAttributes::get_text(const char* name) const {
   const OrtOpAttr* attr = find(name);
   if (attr == nullptr) return std::nullopt;
   size_t bytes = 0;

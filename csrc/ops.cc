@@ -170,7 +170,7 @@ FloatType float_type(ONNXTensorElementDataType type) {
 // p is a FLOAT in version 1 of GlobalLpPool and LpPool and an INT from version 2; both are accepted.
 LpNorm read_lp_norm(const AttributeReader& attrs, const std::string& op) {
   LpNorm lp;
-  if (auto p = attrs.integer("p")) {
+  if (auto p = attrs.integer_if_int("p")) {
     lp.p = static_cast<double>(*p);
   } else if (auto p_real = attrs.real("p")) {
     lp.p = *p_real;
@@ -381,7 +381,7 @@ std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTe
       op += " (node '" + node + "')";
     }
   }
-  const KernelInfoAttributes attrs(info);
+  const KernelInfoAttributes attrs(info, op);
   switch (kind) {
     case OpKind::GlobalAveragePool: return std::make_unique<GlobalPool>(Reduction::Average, op, float_type(type), attrs);
     case OpKind::GlobalMaxPool: return std::make_unique<GlobalPool>(Reduction::Max, op, float_type(type), attrs);
@@ -412,7 +412,7 @@ void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* 
     out_names[0] = names[0];
     out_names[1] = names[1];
   } else {
-    const ShapeInferAttributes attrs(ctx);
+    const ShapeInferAttributes attrs(ctx, op_name);
     const PoolAttributes pool = read_pool_attributes(attrs, op_name);
     const bool channels_last = kind == OpKind::QLinearAveragePool && read_flag(attrs, "channels_last", op_name);
     const size_t first = channels_last ? 1 : 2;
