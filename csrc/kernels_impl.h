@@ -196,6 +196,11 @@ double lp_scaled(Visit&& visit, const LpNorm& lp) {
   return largest * lp_root(sum, lp);
 }
 
+// A small fractional p (possible with version 1's FLOAT p) magnifies the rounding of each |x|^p by 1/p in the
+// root, so every window takes the scaled double path: exact for one-element windows whatever p, and within
+// double rounding times 1/p otherwise.
+inline bool needs_scaled_lp(const LpNorm& lp) { return lp.integer_p == 0 && lp.p < 0.25; }
+
 // ---- global pools -----------------------------------------------------------------------------------------
 
 // Partial sums folded pairwise (cheap, and as accurate as a sequential fold), then widened to double.
@@ -389,6 +394,10 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         const int64_t n = min_of(kBlock, size - off);
         total += sum_block(acc_view(xc + off, buffer, n), n);
       }
+      if (!std::isfinite(total)) {  // float lanes can overflow though the mean is finite: redo in double
+        total = 0;
+        for (int64_t i = 0; i < size; ++i) total += static_cast<double>(to_acc<A>(xc[i]));
+      }
       result = total / static_cast<double>(size);
     } else if constexpr (R == Reduction::Max) {
       A running = -std::numeric_limits<A>::infinity();
@@ -405,7 +414,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           total += power_sum_block(acc_view(xc + off, buffer, n), n, power);
         }
       });
-      if (lp_sum_trusted<A>(total)) {
+      if (lp_sum_trusted<A>(total) && !needs_scaled_lp(lp)) {
         result = lp_root(total, lp);
       } else {
         result = lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
@@ -581,9 +590,9 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     } else {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(lp_root(sums[i], lp));
     }
-    if (untrusted > 0) {
+    if (untrusted > 0 || needs_scaled_lp(lp)) {
       for (int64_t i = 0; i < g.out_size; ++i) {
-        if (window_sum_trusted(sums[i])) continue;
+        if (window_sum_trusted(sums[i]) && !needs_scaled_lp(lp)) continue;
         auto window = [&](auto&& f) {
           visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
         };
