@@ -60,20 +60,20 @@ def session_options(so=None, *, ops=None, types=None, model=None):
     com.microsoft.QLinearAveragePool when `model` (a path, bytes or ModelProto) imports the com.microsoft domain.
     Why not always: ORT registers a library's custom domain at opset 1000, which breaks its own com.microsoft
     fusions (FusedConv, ...) in models that do not import com.microsoft themselves.
-    types: "all", or element types the kernels take. Default: all, except float16 when `model` feeds a float16
-    pooling node from a compute node: ORT's CPU provider runs such neighbours in float through casts, and a
-    float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels. Those nodes then run on
-    this library's float kernels between ORT's casts.
+    types: "all", or element types the kernels take. Default: all, except float16 when `model` feeds a pooling
+    node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float through casts, and
+    a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels. float16 pools then run
+    on this library's float kernels between ORT's casts; models without float16 are not affected.
     """
     import onnxruntime
 
     if so is None:
         so = onnxruntime.SessionOptions()
     if model is not None and (ops is None or types is None):
-        model = _load(model)
-        if ops is None and any(opset.domain == "com.microsoft" for opset in model.opset_import):
+        domains, nodes = _read_model(model)
+        if ops is None and "com.microsoft" in domains:
             ops = "all"
-        if types is None and _float16_pool_fed_by_compute(model):
+        if types is None and _pool_fed_by_compute(nodes):
             types = ["float", "double", "bfloat16", "uint8", "int8"]
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
@@ -82,33 +82,71 @@ def session_options(so=None, *, ops=None, types=None, model=None):
     return so
 
 
-def _load(model):
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    return onnx.load(os.fspath(model), load_external_data=False)
+_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")
 
 
-def _float16_pool_fed_by_compute(model):
-    """Whether a float16 pooling node of the main graph takes its input from a node other than a Cast."""
-    import onnx
-
-    graph = model.graph
-    pools = [n for n in graph.node if n.op_type in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")
-             and n.domain in ("", "ai.onnx") and n.input]
-    if not pools:
-        return False
+def _read_model(model):
+    """(opset domains, [(op_type, domain, inputs)] of the main graph) of a path, bytes or ModelProto, read straight
+    from the protobuf wire format, so that the onnx package is not needed at run time."""
+    if hasattr(model, "SerializeToString"):
+        data = model.SerializeToString()
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    else:
+        with open(os.fspath(model), "rb") as f:
+            data = f.read()
     try:
-        graph = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # a model shape inference cannot follow: keep the default
-        return False
-    types = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.value_info) + list(graph.output)}
-    producers = {out: n for n in graph.node for out in n.output}
-    return any(types.get(n.input[0]) == onnx.TensorProto.FLOAT16 and n.input[0] in producers
-               and producers[n.input[0]].op_type != "Cast" for n in pools)
+        domains, nodes = set(), []
+        for field, value in _fields(memoryview(data)):
+            if field == 8:  # ModelProto.opset_import: OperatorSetIdProto.domain = 1
+                domains |= {bytes(v).decode() for f, v in _fields(value) if f == 1}
+            elif field == 7:  # ModelProto.graph: GraphProto.node = 1
+                for f, node in _fields(value):
+                    if f == 1:  # NodeProto: input 1, output 2 (repeated), op_type 4, domain 7
+                        strings = {1: [], 2: [], 4: [""], 7: [""]}
+                        for g, v in _fields(node):
+                            if g in strings:
+                                strings[g].append(bytes(v).decode())
+                        nodes.append((strings[4][-1], strings[7][-1], strings[1], strings[2]))
+        return domains, nodes
+    except (IndexError, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f"onnx-pools: cannot read the model: {e}") from None
+
+
+def _fields(buf):
+    """(field number, value) of each field of a protobuf message: ints for varints, memoryviews for the rest."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        elif wire in (1, 5):
+            value, i = None, i + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield key >> 3, value
+
+
+def _varint(buf, i):
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _pool_fed_by_compute(nodes):
+    """Whether a standard-domain pooling node takes its input from a node other than a Cast."""
+    producers = {out: op for op, _, _, outputs in nodes for out in outputs}
+    return any(op in _POOLS and domain in ("", "ai.onnx") and inputs and producers.get(inputs[0], "Cast") != "Cast"
+               for op, domain, inputs, _ in nodes)
 
 
 def call_counts():

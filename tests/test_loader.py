@@ -288,3 +288,18 @@ def test_forced_isa_subprocess(isa):
     assert r.returncode == 0, f"forced ISA {isa} failed:\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
     m = re.search(r"ISA-CHECK-OK (\w+) (\d+)", r.stdout)
     assert m and m.group(1) == isa and int(m.group(2)) > 250, r.stdout
+
+
+def test_model_argument_read_without_onnx_and_bad_bytes_are_a_clear_error():
+    """session_options(model=...) reads the protobuf itself (onnx is not a run-time dependency); the same facts
+    come out of a path, bytes and a ModelProto, and bytes that are not a model are a clear error."""
+    model = _f16_relu_pool_model(True)
+    facts = onnx_pools._read_model(model)
+    assert facts == onnx_pools._read_model(model.SerializeToString())
+    domains, nodes = facts
+    assert [(op, inputs, outputs) for op, _, inputs, outputs in nodes] == [("Relu", ["X"], ["R"]),
+                                                                          ("GlobalAveragePool", ["R"], ["Y"])]
+    assert onnx_pools._pool_fed_by_compute(nodes)
+    assert not onnx_pools._pool_fed_by_compute(onnx_pools._read_model(_f16_relu_pool_model(False))[1])
+    with pytest.raises(ValueError, match="cannot read the model"):
+        onnx_pools.session_options(model=b"\xff\xff\xff\xff")
