@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""ONNX Runtime compatibility matrix: the test suite against each onnxruntime minor release, one built library.
+
+Builds this checkout's wheel once (`pip wheel . --no-deps`), then for each onnxruntime minor release from 1.21 to the
+newest on the package index (the latest patch of each minor): a throw-away venv with that onnxruntime, the wheel's
+`test` extra and the wheel itself (the same libonnx_pools.so every time: its sha256 is checked in each venv), and
+the test suite run from a copy of tests/ + models/ outside the source tree. Prints a markdown table.
+
+    python3 scripts/ort_matrix.py                    # every minor from 1.21 to the newest
+    python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
+    python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
+
+Logs, results.json and table.md go to --out (default build/ort-matrix). Exit status 1 when any version failed.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OLDEST = (1, 21)
+PACKAGE = "onnxruntime"
+# variables that would point the tests at something other than the installed wheel, or re-enter slow checks
+SCRUB_ENV = ("PYTHONPATH", "ONNX_POOLS_LIBRARY", "ONNX_POOLS_ISA", "ONNX_POOLS_WHEEL_CHECK", "ONNX_POOLS_ORT_MATRIX",
+             "PYTHONHOME", "VIRTUAL_ENV")
+
+
+# pytest plugin for the re-run after a crash: every test in a forked child, so a test that kills its process is
+# reported as failed ("CRASHED ...") and the others still run. Written next to the suite copy, loaded with -p.
+FORK_PLUGIN = """
+import os, pickle, signal
+import pytest
+from _pytest.reports import TestReport
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    hook, config = item.ihook, item.config
+    hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: set up (every fixture, as nothing is set up in the parent), run, tear down
+        os.close(rfd)
+        try:
+            reports = runtestprotocol(item, log=False, nextitem=None)
+            blob = pickle.dumps([config.hook.pytest_report_to_serializable(config=config, report=r) for r in reports])
+        except BaseException:
+            blob = b""
+        with os.fdopen(wfd, "wb") as f:
+            f.write(blob)
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        blob = f.read()
+    _, status = os.waitpid(pid, 0)
+    if blob and os.WIFEXITED(status):
+        reports = [config.hook.pytest_report_from_serializable(config=config, data=d) for d in pickle.loads(blob)]
+    else:
+        how = (f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+               else f"exit status {os.WEXITSTATUS(status)}")
+        reports = [TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
+                              f"CRASHED: the test process died with {how}", "call")]
+    for r in reports:
+        hook.pytest_runtest_logreport(report=r)
+    hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+"""
+
+
+def log(msg):
+    print(f"[ort-matrix] {msg}", flush=True)
+
+
+def vtuple(v):
+    return tuple(int(p) for p in v.split("."))
+
+
+def available_versions(python):
+    """Final releases of onnxruntime on the configured index that have a wheel for this Python, newest first."""
+    r = subprocess.run([python, "-m", "pip", "index", "versions", PACKAGE], capture_output=True, text=True)
+    m = re.search(r"Available versions:\s*(.+)", r.stdout)
+    if not m:  # fallback: pip's "from versions: ..." in the error for a version that cannot exist
+        r = subprocess.run([python, "-m", "pip", "download", "--no-deps", "-d", tempfile.gettempdir(),
+                            f"{PACKAGE}==0.0.0.0"], capture_output=True, text=True)
+        m = re.search(r"from versions:\s*([^)]+)\)", r.stderr)
+    if not m:
+        sys.exit(f"ort-matrix: cannot list {PACKAGE} versions:\n{r.stdout}{r.stderr}")
+    versions = [v.strip() for v in m.group(1).split(",")]
+    return sorted((v for v in versions if re.fullmatch(r"\d+\.\d+\.\d+", v)), key=vtuple, reverse=True)
+
+
+def select(wanted, versions):
+    """Latest patch of every minor >= 1.21 (or of each minor named in `wanted`; exact versions pass through)."""
+    latest = {}
+    for v in versions:  # newest first
+        latest.setdefault(vtuple(v)[:2], v)
+    if not wanted:
+        return [latest[k] for k in sorted(latest) if k >= OLDEST]
+    out = []
+    for w in wanted:
+        if w.count(".") == 2:
+            if w not in versions:
+                sys.exit(f"ort-matrix: {PACKAGE} {w} is not available")
+            out.append(w)
+        elif vtuple(w) in latest:
+            out.append(latest[vtuple(w)])
+        else:
+            sys.exit(f"ort-matrix: no {PACKAGE} {w}.x available")
+    return out
+
+
+def build_wheel(python, dest):
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.glob("onnx_pools-*.whl"):
+        old.unlink()
+    log(f"building the wheel of {ROOT} ...")
+    subprocess.run([python, "-m", "pip", "wheel", "-q", str(ROOT), "--no-deps", "-w", str(dest)], check=True)
+    (wheel,) = dest.glob("onnx_pools-*.whl")
+    return wheel
+
+
+def wheel_library_sha(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("libonnx_pools.so")]
+        return hashlib.sha256(z.read(name)).hexdigest()
+
+
+def counts(junit):
+    s = ET.parse(junit).getroot()
+    s = s if s.tag == "testsuite" else s.find("testsuite")
+    total, failures, errors, skipped = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    failed, crashed = [], 0
+    for c in s.iter("testcase"):
+        bad = c.find("failure") if c.find("failure") is not None else c.find("error")
+        if bad is not None:
+            failed.append(f"{c.get('classname')}::{c.get('name')}")
+            crashed += "CRASHED" in (bad.get("message") or "") + (bad.text or "")
+    return dict(passed=total - failures - errors - skipped, failed=failures + errors, skipped=skipped,
+                crashed=crashed, failed_tests=failed)
+
+
+def run_version(version, args, wheel, lib_sha, suite, out):
+    row = dict(version=version, result="FAIL", passed=0, failed=0, crashed=0, skipped=0, seconds=0.0, note="")
+    logf = out / f"ort-{version}.log"
+    env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+    venv = Path(tempfile.mkdtemp(prefix=f"ort-{version}-", dir=args.work))
+    t0 = time.monotonic()
+    with open(logf, "w") as lf:
+        def sh(cmd, **kw):
+            lf.write(f"$ {' '.join(map(str, cmd))}\n")
+            lf.flush()
+            return subprocess.run([str(c) for c in cmd], stdout=lf, stderr=subprocess.STDOUT, env=env, **kw)
+
+        try:
+            py = venv / "bin" / "python"
+            if sh([args.python, "-m", "venv", venv]).returncode:
+                row["note"] = "venv creation failed"
+                return row
+            if sh([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{PACKAGE}=={version}",
+                   f"{wheel}[test]"]).returncode:
+                row["note"] = "install failed (see log)"
+                return row
+            probe = ("import hashlib, onnxruntime, onnx_pools; p = onnx_pools.get_library_path(); "
+                     "print(onnxruntime.__version__, hashlib.sha256(open(p, 'rb').read()).hexdigest(), p)")
+            r = subprocess.run([py, "-c", probe], capture_output=True, text=True, env=env, cwd=suite)
+            lf.write(r.stdout + r.stderr)
+            got = r.stdout.split()
+            if r.returncode or got[:2] != [version, lib_sha] or not got[2].startswith(str(venv)):
+                row["note"] = f"wrong onnxruntime or library in the venv: {r.stdout.strip()} {r.stderr.strip()[-300:]}"
+                return row
+            junit = venv / "junit.xml"
+            cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests", *args.pytest_args]
+            r = sh(cmd, cwd=suite)
+            if r.returncode < 0 or not junit.exists():  # the process died: again, one forked child per test
+                lf.write(f"\n*** pytest died ({r.returncode}); re-running with every test in its own process ***\n")
+                junit.unlink(missing_ok=True)
+                r = sh(cmd[:3] + ["-p", "_ort_matrix_forked"] + cmd[3:], cwd=suite)
+                row["note"] = "a test crashed the process: re-run with one process per test"
+            if not junit.exists():
+                row["note"] = f"pytest exited {r.returncode} without results (see log)"
+                return row
+            c = counts(junit)
+            row.update({k: c[k] for k in ("passed", "failed", "skipped", "crashed")})
+            row["failed_tests"] = c["failed_tests"]
+            row["result"] = "pass" if r.returncode == 0 and c["failed"] == 0 else "FAIL"
+            return row
+        finally:
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            if not args.keep:
+                shutil.rmtree(venv, ignore_errors=True)
+
+
+def table(rows):
+    lines = ["| onnxruntime | result | passed | failed | of which crashed | skipped | time (s) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['version']} | {r['result']} | {r['passed']} | {r['failed']} | {r['crashed']} | "
+                     f"{r['skipped']} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("versions", nargs="*", help="minors (1.21) or exact versions (1.21.1); default: every minor >= 1.21")
+    ap.add_argument("--wheel", type=Path, help="use this built wheel instead of building one")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "ort-matrix", help="logs, results.json, table.md")
+    ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable), help="interpreter for the venvs")
+    ap.add_argument("--keep", action="store_true", help="keep the venvs and the suite copy")
+    ap.add_argument("--tests", type=Path, default=ROOT / "tests", help="the tests folder to copy (default: tests/)")
+    ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.pytest_args = pytest_args
+
+    versions = select(args.versions, available_versions(args.python))
+    if args.list:
+        print("\n".join(versions))
+        return 0
+    t_start = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work = tempfile.mkdtemp(prefix="onnx-pools-ort-matrix-")
+    try:
+        wheel = args.wheel.resolve() if args.wheel else build_wheel(args.python, Path(args.work) / "wheel")
+        lib_sha = wheel_library_sha(wheel)
+        suite = Path(args.work) / "suite"  # tests/ + models/ only: no onnx_pools source next to them
+        shutil.copytree(args.tests, suite / "tests", ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+        shutil.copytree(ROOT / "models", suite / "models")
+        (suite / "_ort_matrix_forked.py").write_text(FORK_PLUGIN)
+        log(f"wheel {wheel.name}, libonnx_pools.so sha256 {lib_sha[:16]}...; versions: {', '.join(versions)}")
+        rows = []
+        for v in versions:
+            log(f"onnxruntime {v} ...")
+            row = run_version(v, args, wheel, lib_sha, suite, args.out)
+            rows.append(row)
+            log(f"onnxruntime {v}: {row['result']} passed={row['passed']} failed={row['failed']} "
+                f"(crashed={row['crashed']}) skipped={row['skipped']} {row['seconds']:.0f}s {row['note']}")
+            for t in row.get("failed_tests", [])[:20]:
+                log(f"    failed: {t}")
+    finally:
+        if args.keep:
+            log(f"kept {args.work}")
+        else:
+            shutil.rmtree(args.work, ignore_errors=True)
+    total = time.monotonic() - t_start
+    md = table(rows)
+    (args.out / "table.md").write_text(md + "\n")
+    (args.out / "results.json").write_text(json.dumps(dict(wheel=wheel.name, library_sha256=lib_sha, python=sys.version.split()[0],
+                                                           total_seconds=round(total, 1), rows=rows), indent=1))
+    print(md)
+    print(f"\ntotal {total:.0f} s; logs in {args.out}")
+    return 0 if all(r["result"] == "pass" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

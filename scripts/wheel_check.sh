@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Packaging check: `pip wheel .` from this checkout, then in a fresh venv without the source tree:
+#   1. the wheel's metadata: run-time requirements are onnxruntime and numpy only (extras aside);
+#   2. the library's dynamic section: only glibc-level system libraries (no libstdc++, no libonnxruntime), no RPATH;
+#   3. the wheel installed alone (onnxruntime + numpy): the loader registers the library and a model runs on it;
+#   4. the wheel's `test` extra added: the test suite from a copy of tests/ + models/ (cwd there), not the checkout.
+# Usage: scripts/wheel_check.sh [pytest args...]
+# Env: PYTHON (default python3); WHEEL=path checks that wheel instead of building one; KEEP=1 keeps the work folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PYTHON=${PYTHON:-python3}
+start=$SECONDS
+work=$(mktemp -d "${TMPDIR:-/tmp}/onnx-pools-wheel-check.XXXXXX")
+cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "wheel check: kept $work"; else rm -rf "$work"; fi; }
+trap cleanup EXIT
+say() { echo "wheel check: $*"; }
+fail() { echo "wheel check: FAILED: $*" >&2; exit 1; }
+problems=()  # failures that do not stop the remaining checks
+# nothing may point the checks back at the checkout
+unset PYTHONPATH ONNX_POOLS_LIBRARY ONNX_POOLS_WHEEL_CHECK ONNX_POOLS_ORT_MATRIX VIRTUAL_ENV
+
+# ------------------------------------------------------------------------------------------------ build
+if [ -n "${WHEEL:-}" ]; then
+  wheel=$(realpath "$WHEEL")
+else
+  say "building the wheel (pip wheel . --no-deps)"
+  "$PYTHON" -m pip wheel -q --no-deps -w "$work/dist" "$ROOT"
+  wheel=$(ls "$work"/dist/onnx_pools-*.whl)
+fi
+say "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB), built in $((SECONDS - start)) s"
+
+# ------------------------------------------------------------------------------------------------ 1. metadata
+"$PYTHON" - "$wheel" <<'EOF'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    names = z.namelist()
+    (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    text = z.read(meta).decode()
+assert "onnx_pools/libonnx_pools.so" in names, names
+reqs = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+runtime = [r for r in reqs if "extra ==" not in r]
+names_ = {re.match(r"[A-Za-z0-9_.\-]+", r).group(0).lower() for r in runtime}
+print("wheel check: Requires-Dist (run time):", ", ".join(runtime))
+if names_ != {"onnxruntime", "numpy"}:
+    sys.exit(f"wheel check: FAILED: run-time requirements must be onnxruntime and numpy only, got {runtime}")
+EOF
+
+# ------------------------------------------------------------------------------------------------ 2. NEEDED
+mkdir -p "$work/unpacked"
+"$PYTHON" -m zipfile -e "$wheel" "$work/unpacked"
+so="$work/unpacked/onnx_pools/libonnx_pools.so"
+command -v readelf >/dev/null || fail "readelf (binutils) is needed"
+needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+say "NEEDED: $needed"
+for lib in $needed; do
+  [[ $lib =~ ^(libc|libm|libpthread|libdl|librt|libgcc_s)\.so\.[0-9]+$|^ld-linux[-a-z0-9_.]*\.so\.[0-9]+$ ]] \
+    || fail "libonnx_pools.so needs $lib (only glibc-level system libraries allowed)"
+done
+if readelf -d "$so" | grep -qE '\((RPATH|RUNPATH)\)'; then fail "libonnx_pools.so has an RPATH/RUNPATH"; fi
+if command -v ldd >/dev/null && ldd "$so" | grep -q "not found"; then fail "unresolved libraries: $(ldd "$so")"; fi
+
+# ------------------------------------------------------------------------------------------------ 3. run-time deps only
+"$PYTHON" -m venv "$work/venv"
+py="$work/venv/bin/python"
+"$py" -m pip install -q --disable-pip-version-check "$wheel"
+say "installed alone: $("$py" -m pip list --format=freeze --disable-pip-version-check 2>/dev/null | tr '\n' ' ')"
+mkdir -p "$work/suite"
+cp -r "$ROOT/tests" "$ROOT/models" "$work/suite/"
+rm -rf "$work/suite/tests/__pycache__" "$work/suite/tests/.hypothesis"
+cd "$work/suite"
+"$py" - <<'EOF' || problems+=("the loader without the test dependencies (see above)")
+import importlib.util, os, sys
+import numpy as np, onnxruntime as ort, onnx_pools
+assert importlib.util.find_spec("onnx") is None, "onnx is installed: this step must run without it"
+venv = os.path.realpath(sys.prefix)
+assert os.path.realpath(onnx_pools.get_library_path()).startswith(venv), onnx_pools.get_library_path()
+x = np.random.default_rng(0).standard_normal((1, 8, 16, 16))
+sess = ort.InferenceSession("models/cnn_gap_f64.onnx", onnx_pools.session_options(), providers=["CPUExecutionProvider"])
+(y,) = sess.run(None, {"X": x})  # float64: no stock ORT kernel, only the library can run this model
+assert onnx_pools.call_counts()["GlobalAveragePool"] == 1, onnx_pools.call_counts()
+print(f"wheel check: without onnx: model ran on the library (isa {onnx_pools.active_isa()}, onnxruntime {ort.__version__})")
+try:
+    onnx_pools.session_options(model="models/avgpool_qop_uint8.onnx")
+except ImportError as e:
+    print(f"wheel check: FAILED: session_options(model=...) needs a package that is not a dependency: {e}")
+    sys.exit(1)
+EOF
+"$work/venv/bin/onnx-pools" --help >/dev/null || problems+=("the onnx-pools command does not start")
+
+# ------------------------------------------------------------------------------------------------ 4. the test suite
+"$py" -m pip install -q --disable-pip-version-check "${wheel}[test]"
+t0=$SECONDS
+"$work/venv/bin/pytest" -q -p no:cacheprovider tests "$@" || problems+=("the test suite")
+say "tests took $((SECONDS - t0)) s"
+if [ ${#problems[@]} -gt 0 ]; then
+  for p in "${problems[@]}"; do echo "wheel check: FAILED: $p" >&2; done
+  exit 1
+fi
+say "OK ($((SECONDS - start)) s in all)"

@@ -1,0 +1,363 @@
+"""Property-based tests (hypothesis): random shapes, attributes, element types, opsets and input values for every
+op, each example checked against the independent references (reference.py, reference_qlinear.py) and proven to
+have run on the library's kernel (onnx_pools.call_counts()).
+
+Reproducible by default: the "ci" profile is derandomized (the same examples on every run) with a bounded number
+of examples per test. Deeper runs:
+    ONNX_POOLS_HYPOTHESIS=deep PYTHONPATH=. python -m pytest tests/test_properties.py -q   # randomized, 2000 each
+    ONNX_POOLS_HYPOTHESIS_EXAMPLES=500 ...                                                # any profile, N each
+A failure prints the falsifying example and (deep profile) the @reproduce_failure blob.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import reference as R
+import reference_qlinear as RQ
+from conftest import (ALL_DTYPES, CASE_COUNTS, IR_VERSION, _ORT_WRAPPER, counts_one_run, make_model, make_session,
+                      run_session)
+
+_COMMON = dict(deadline=None, database=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+settings.register_profile("onnx_pools_ci", max_examples=250, derandomize=True, **_COMMON)
+settings.register_profile("onnx_pools_deep", max_examples=2000, derandomize=False, **_COMMON)
+_PROFILE = "onnx_pools_" + os.environ.get("ONNX_POOLS_HYPOTHESIS", "ci")
+_EXAMPLES = os.environ.get("ONNX_POOLS_HYPOTHESIS_EXAMPLES")
+SETTINGS = settings(settings.get_profile(_PROFILE), **({"max_examples": int(_EXAMPLES)} if _EXAMPLES else {}))
+
+GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
+GLOBAL_OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
+LP_OPSETS = [1, 2, 11, 18, 22]
+FLOAT_P = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 7.25, 10.0]
+
+# Smallest positive subnormal of each type. Where the true result is itself subnormal, the output type cannot hold
+# it to the relative tolerance; rounding to the type's grid costs up to one such step, which is added to atol.
+SUBNORMAL = {"float32": 2.0 ** -149, "float64": 2.0 ** -1074, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+DENORMAL_SCALE = {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5, "bfloat16": 5e-39}
+
+
+def assert_close_with_subnormals(y, ref, dtype, x, what):
+    af = R.TOLERANCES[dtype][1]
+    R.assert_close(y, ref, dtype, R.input_scale(x) + SUBNORMAL[dtype] / af, what)
+
+
+# --------------------------------------------------------------------------- input values
+
+
+@st.composite
+def value_spec(draw, bounded):
+    """How to fill an input: a distribution, a seed, and a few special values at chosen positions.
+    bounded: no values near the top of the type's range (for means: see global_case)."""
+    kinds = ["normal", "wide", "positive", "small integers", "constant", "tiny", "denormal"]
+    if not bounded:
+        kinds.append("huge")
+    kind = draw(st.sampled_from(kinds))
+    specials = []
+    if draw(st.integers(0, 3)) == 0:
+        specials = draw(st.lists(st.tuples(st.floats(0, 1, exclude_max=True),
+                                           st.sampled_from([np.inf, -np.inf, np.nan, 0.0, -0.0])),
+                                 min_size=1, max_size=3))
+    return kind, draw(st.integers(0, 2 ** 32 - 1)), specials
+
+
+def make_values(spec, shape, dtype):
+    kind, seed, specials = spec
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        x = rng.standard_normal(shape) * 3
+    elif kind == "wide":
+        x = rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)
+    elif kind == "positive":
+        x = rng.uniform(0.5, 2.0, shape)
+    elif kind == "small integers":
+        x = rng.integers(-3, 4, shape).astype(np.float64)
+    elif kind == "constant":
+        x = np.full(shape, float(rng.choice([0.1, -7.0, 1.0, 0.0])))
+    elif kind == "tiny":  # normal numbers whose powers underflow
+        x = rng.uniform(0.5, 1.0, shape) * {"float16": 1e-3, "float64": 1e-200}.get(dtype, 1e-30)
+    elif kind == "denormal":  # subnormal in the element type, one sign per input
+        x = rng.uniform(0.5, 1.0, shape) * DENORMAL_SCALE[dtype] * float(rng.choice([1.0, -1.0]))
+    else:  # huge: near the top of the type's range
+        top = {"float32": 3e38, "float64": 1e307, "float16": 6e4, "bfloat16": 3e38}[dtype]
+        x = rng.uniform(-1.0, 1.0, shape) * top
+    x = R.to_dtype(x, dtype)
+    flat = x.reshape(-1)
+    for where, value in specials:
+        if flat.size:
+            flat[int(where * flat.size)] = value
+    return x
+
+
+def declared_shape(style, shape):
+    if style == "static":
+        return list(shape)
+    if style == "symbolic":
+        return ["N", "C"] + [f"D{i}" for i in range(len(shape) - 2)]
+    return None
+
+
+# --------------------------------------------------------------------------- global pools
+
+
+@st.composite
+def global_case(draw):
+    op = draw(st.sampled_from(GLOBAL_OPS))
+    dtype = draw(st.sampled_from(ALL_DTYPES))
+    opset = draw(st.sampled_from(GLOBAL_OPSETS))
+    rank = draw(st.integers(3, 6))
+    maxd = {3: 3000, 4: 60, 5: 14, 6: 7}[rank]
+    n = draw(st.integers(0, 3) if draw(st.integers(0, 9)) == 0 else st.integers(1, 3))
+    c = draw(st.integers(0, 5) if draw(st.integers(0, 9)) == 0 else st.integers(1, 5))
+    spatial = [draw(st.integers(1, maxd)) for _ in range(rank - 2)]
+    attrs, p = {}, 2
+    if op == "GlobalLpPool" and draw(st.booleans()):
+        p = draw(st.sampled_from(FLOAT_P)) if opset == 1 else draw(st.integers(1, 12))
+        attrs["p"] = p
+    # a mean of values near the type's top overflows any same-type sum (BUG-7, test_huge_and_odd.py), and the float64
+    # reference's own sum for float64 inputs: GlobalAveragePool draws bounded values
+    spec = draw(value_spec(bounded=(op == "GlobalAveragePool")))
+    style = draw(st.sampled_from(["static", "symbolic", "none"]))
+    threads = draw(st.sampled_from([1, 2]))
+    return op, dtype, opset, [n, c] + spatial, attrs, p, spec, style, threads
+
+
+def global_reference(op, x, p):
+    if op == "GlobalAveragePool":
+        return R.global_average_pool(x)
+    if op == "GlobalMaxPool":
+        return R.global_max_pool(x)
+    return R.global_lp_pool(x, p)
+
+
+@SETTINGS
+@given(global_case())
+def test_global_pools_property(case):
+    op, dtype, opset, shape, attrs, p, spec, style, threads = case
+    x = make_values(spec, shape, dtype)
+    model = make_model(op, opset, dtype, declared_shape(style, shape), attrs)
+    sess = make_session(model, threads=threads)
+    with counts_one_run(op):
+        (y,) = run_session(sess, {"X": x})
+    with np.errstate(all="ignore"):
+        ref = global_reference(op, x, p)
+    what = f"{op}-{opset} {dtype} shape={shape} attrs={attrs} values={spec[0]} specials={spec[2]}"
+    if op == "GlobalMaxPool":
+        exp = R.to_dtype(ref, dtype)
+        assert y.dtype == exp.dtype and y.shape == exp.shape, what
+        np.testing.assert_array_equal(R.to_f64(y), R.to_f64(exp), err_msg=what)
+    else:
+        assert_close_with_subnormals(y, ref, dtype, x, what)
+    CASE_COUNTS["properties: global pools"] += 1
+
+
+# --------------------------------------------------------------------------- LpPool
+
+
+@st.composite
+def lppool_case(draw):
+    opset = draw(st.sampled_from(LP_OPSETS))
+    dtype = draw(st.sampled_from(ALL_DTYPES))
+    nsp = draw(st.integers(1, 3))
+    kmax = 5 if nsp < 3 else 3
+    k = [draw(st.integers(1, kmax)) for _ in range(nsp)]
+    attrs = {"kernel_shape": k}
+    s = [draw(st.integers(1, 5)) for _ in range(nsp)]
+    if s != [1] * nsp or draw(st.booleans()):
+        attrs["strides"] = s
+    d = [1] * nsp
+    if draw(st.booleans()):
+        d = [draw(st.integers(1, 3)) for _ in range(nsp)]
+        attrs["dilations"] = d
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad != "NOTSET" or draw(st.booleans()):
+        attrs["auto_pad"] = auto_pad
+    pads = None
+    # explicit pads: usually with NOTSET (up to one past the dilated kernel: whole windows of padding);
+    # sometimes beside SAME/VALID, where they are ignored
+    if draw(st.integers(0, 3)) > (0 if auto_pad == "NOTSET" else 2):
+        eff = [(k[i] - 1) * d[i] + 1 for i in range(nsp)]
+        pads = [draw(st.integers(0, eff[i % nsp] + 1)) for i in range(2 * nsp)]
+        attrs["pads"] = pads
+    ceil_mode = int(draw(st.booleans()))
+    if ceil_mode or draw(st.booleans()):
+        attrs["ceil_mode"] = ceil_mode
+    p = 2.0 if opset == 1 else 2
+    if draw(st.integers(0, 4)) > 0:
+        p = draw(st.sampled_from(FLOAT_P)) if opset == 1 else draw(st.integers(1, 9))
+        attrs["p"] = p
+    size_max = 7 if nsp == 3 else 13
+    spatial = [draw(st.integers(1, size_max)) for _ in range(nsp)]
+    n = draw(st.integers(1, 2))
+    c = draw(st.integers(0, 3) if draw(st.integers(0, 9)) == 0 else st.integers(1, 3))
+    spec = draw(value_spec(bounded=False))
+    style = draw(st.sampled_from(["static", "symbolic", "none"]))
+    threads = draw(st.sampled_from([1, 2]))
+    ref_kwargs = dict(kernel_shape=k, strides=s, pads=pads, dilations=d, auto_pad=auto_pad, ceil_mode=ceil_mode, p=p)
+    return opset, dtype, [n, c] + spatial, attrs, ref_kwargs, spec, style, threads
+
+
+@SETTINGS
+@given(lppool_case())
+def test_lppool_property(case):
+    opset, dtype, shape, attrs, ref_kwargs, spec, style, threads = case
+    x = make_values(spec, shape, dtype)
+    what = f"LpPool-{opset} {dtype} shape={shape} attrs={attrs} values={spec[0]} specials={spec[2]}"
+    model = make_model("LpPool", opset, dtype, declared_shape(style, shape), attrs)
+    try:
+        out_shape = R.output_shape(shape, **{k: v for k, v in ref_kwargs.items() if k != "p"})
+    except ValueError:  # the dilated kernel does not fit the padded input: a clear error, at load or in run()
+        with pytest.raises(Exception) as ei:
+            run_session(make_session(model, threads=threads), {"X": x})
+        msg = _ORT_WRAPPER.sub("", str(ei.value))
+        assert "LpPool" in msg and "kernel_shape" in msg, f"{what}: unclear error: {ei.value}"
+        CASE_COUNTS["properties: LpPool (error)"] += 1
+        return
+    sess = make_session(model, threads=threads)
+    if style == "static":
+        assert sess.get_outputs()[0].shape == list(out_shape), f"{what}: inferred output shape"
+    with counts_one_run("LpPool"):
+        (y,) = run_session(sess, {"X": x})
+    with np.errstate(all="ignore"):
+        ref = R.lp_pool(x, **ref_kwargs)
+    assert_close_with_subnormals(y, ref, dtype, x, what)
+    CASE_COUNTS["properties: LpPool"] += 1
+
+
+# --------------------------------------------------------------------------- QLinearAveragePool
+
+QTYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+TIE_TOL = 1e-3
+
+
+def qlinear_model(dtype, in_shape, attrs, x_scale, x_zero_point, y_scale, y_zero_point, node_name="node0",
+                  params_as_inputs=False):
+    """One com.microsoft.QLinearAveragePool node. Scales and zero points are initializers (or graph inputs when
+    params_as_inputs; then the returned feeds hold them). A zero point of None is left out: '' for x_zero_point,
+    an absent trailing input for y_zero_point. Returns (model, feeds without X)."""
+    dtype = np.dtype(dtype)
+    T = QTYPES[dtype]
+    values = {"xs": np.array(x_scale, np.float32), "ys": np.array(y_scale, np.float32)}
+    names = ["X", "xs", "", "ys"]
+    if x_zero_point is not None:
+        values["xz"] = np.array(x_zero_point, dtype)
+        names[2] = "xz"
+    if y_zero_point is not None:
+        values["yz"] = np.array(y_zero_point, dtype)
+        names.append("yz")
+    inputs = [helper.make_tensor_value_info("X", T, in_shape)]
+    inits, feeds = [], {}
+    for name, v in values.items():
+        if params_as_inputs:
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT if v.dtype == np.float32 else T,
+                                                        list(v.shape)))
+            feeds[name] = v
+        else:
+            inits.append(numpy_helper.from_array(v, name))
+    node = helper.make_node("QLinearAveragePool", names, ["Y"], name=node_name, domain="com.microsoft", **attrs)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", T, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = IR_VERSION
+    return model, feeds
+
+
+def check_qlinear(y, ref, pre, what):
+    """Exact, except within TIE_TOL of a rounding tie, where float evaluation order may decide: one step there."""
+    assert y.dtype == ref.dtype and y.shape == ref.shape, f"{what}: got {y.dtype}{list(y.shape)}, expected {ref.dtype}{list(ref.shape)}"
+    d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
+    bad = ((d > 0) & ~RQ.near_tie(pre, TIE_TOL)) | (d > 1)
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        pytest.fail(f"{what}: {int(bad.sum())} of {d.size} elements differ from the reference; first at {i}: "
+                    f"got {int(y[i])}, expected {int(ref[i])} (pre-rounding {float(pre[i])!r})")
+
+
+@st.composite
+def qlinear_case(draw):
+    dtype = np.dtype(draw(st.sampled_from([np.uint8, np.int8])))
+    lo, hi = RQ.QRANGE[dtype]
+    cl = int(draw(st.booleans()))
+    nd = draw(st.integers(1, 3))
+    spatial = [draw(st.integers(1, {1: 40, 2: 12, 3: 6}[nd])) for _ in range(nd)]
+    n = draw(st.integers(1, 2))
+    c = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16, 17, 33]))
+    k = [draw(st.integers(1, min(5, s + 2))) for s in spatial]
+    attrs = {"kernel_shape": k}
+    strides = None
+    if draw(st.booleans()):
+        strides = [draw(st.integers(1, 4)) for _ in range(nd)]
+        attrs["strides"] = strides
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"]))
+    if auto_pad != "NOTSET" or draw(st.booleans()):
+        attrs["auto_pad"] = auto_pad
+    pads = None
+    if auto_pad == "NOTSET" and draw(st.integers(0, 3)) > 0:
+        pads = [draw(st.integers(0, k[i % nd] - 1)) for i in range(2 * nd)]
+        attrs["pads"] = pads
+    ceil_mode = int(draw(st.booleans()))
+    if ceil_mode or draw(st.booleans()):
+        attrs["ceil_mode"] = ceil_mode
+    cip = int(draw(st.booleans()))
+    if cip or draw(st.booleans()):
+        attrs["count_include_pad"] = cip
+    if cl or draw(st.booleans()):
+        attrs["channels_last"] = cl
+    xs = float(np.float32(np.exp(draw(st.floats(np.log(1e-4), np.log(20.0))))))
+    ratio = draw(st.one_of(st.sampled_from([1.0, 0.125, 0.5, 2.0, 4.0]), st.floats(0.25, 8.0)))
+    ys = float(np.float32(xs * ratio))
+    xz = draw(st.one_of(st.none(), st.integers(lo, hi)))
+    yz = draw(st.one_of(st.none(), st.integers(lo, hi)))
+    data = draw(st.sampled_from(["uniform", "uniform", "extreme", "narrow"]))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    declared = draw(st.booleans())
+    as_inputs = draw(st.booleans())
+    threads = draw(st.sampled_from([1, 2]))
+    shape = [n] + (spatial + [c] if cl else [c] + spatial)
+    return dict(dtype=dtype, cl=cl, shape=shape, spatial=spatial, attrs=attrs, strides=strides, pads=pads,
+                auto_pad=auto_pad, ceil_mode=ceil_mode, cip=cip, xs=xs, ys=ys, xz=xz, yz=yz, data=data, seed=seed,
+                declared=declared, as_inputs=as_inputs, threads=threads)
+
+
+def qlinear_data(case):
+    rng = np.random.default_rng(case["seed"])
+    lo, hi = RQ.QRANGE[case["dtype"]]
+    if case["data"] == "extreme":
+        x = rng.choice(np.array([lo, hi, lo + 1, hi - 1]), size=case["shape"])
+    elif case["data"] == "narrow":
+        x = np.clip((case["xz"] or 0) + rng.integers(-3, 4, size=case["shape"]), lo, hi)
+    else:
+        x = rng.integers(lo, hi + 1, size=case["shape"])
+    return x.astype(case["dtype"])
+
+
+@SETTINGS
+@given(qlinear_case())
+def test_qlinear_average_pool_property(case):
+    x = qlinear_data(case)
+    what = (f"QLinearAveragePool {case['dtype'].name} x{case['shape']} attrs={case['attrs']} xs={case['xs']} "
+            f"xz={case['xz']} ys={case['ys']} yz={case['yz']}")
+    model, feeds = qlinear_model(case["dtype"], case["shape"] if case["declared"] else None, case["attrs"], case["xs"],
+                                 case["xz"], case["ys"], case["yz"], params_as_inputs=case["as_inputs"])
+    try:
+        _, _, out = RQ.pool_geometry(case["spatial"], case["attrs"]["kernel_shape"], case["strides"], case["pads"],
+                                     case["auto_pad"], case["ceil_mode"])
+    except ValueError:
+        with pytest.raises(Exception) as ei:
+            make_session(model, threads=case["threads"]).run(None, {"X": x, **feeds})
+        msg = _ORT_WRAPPER.sub("", str(ei.value))
+        assert "QLinearAveragePool" in msg and "kernel_shape" in msg, f"{what}: unclear error: {ei.value}"
+        CASE_COUNTS["properties: QLinearAveragePool (error)"] += 1
+        return
+    assume(min(out) >= 1)
+    sess = make_session(model, threads=case["threads"])
+    with counts_one_run("QLinearAveragePool"):
+        y = sess.run(None, {"X": x, **feeds})[0]
+    ref, pre = RQ.qlinear_average_pool(x, case["xs"], case["xz"], case["ys"], case["yz"], case["attrs"]["kernel_shape"],
+                                       case["strides"], case["pads"], case["auto_pad"], case["ceil_mode"], case["cip"],
+                                       case["cl"])
+    check_qlinear(y, ref, pre, what)
+    CASE_COUNTS["properties: QLinearAveragePool"] += 1
