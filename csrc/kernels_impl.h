@@ -563,10 +563,10 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   T* y = static_cast<T*>(yv);
   const int64_t scratch = max_of(g.largest_intermediate, g.in_size);
   ScratchBuffer memory(sizeof(A) * static_cast<size_t>(3 * scratch) + sizeof(int64_t) * kVisitScratch * g.axes.size());
-  A* powers = memory.as<A>();
+  int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
+  A* powers = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
   A* buf_a = powers + scratch;
   A* buf_b = buf_a + scratch;
-  int64_t* index = reinterpret_cast<int64_t*>(buf_b + scratch);
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.in_size;
     T* yp = y + p * g.out_size;
@@ -678,7 +678,11 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
                        sizeof(int64_t) * (kVisitScratch * rank + static_cast<size_t>(rows)));
-  I* plane = memory.as<I>();
+  // 8-byte values first (scales, then indices), then the integer arrays, so every array is aligned for its type.
+  double* scales = memory.as<double>();
+  int64_t* index = reinterpret_cast<int64_t*>(scales + block_positions + out_last);
+  int64_t* row_lead_valid = index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
+  I* plane = reinterpret_cast<I*>(row_lead_valid + rows);
   I* step_sums = plane + widened;
   I* buf_a = step_sums + direct_sums;
   I* buf_b = buf_a + scratch;
@@ -692,10 +696,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   } bulk, edge;
   bulk.zero_sum = buf_b + scratch;
   edge.zero_sum = bulk.zero_sum + block_positions;
-  bulk.scale = reinterpret_cast<double*>(edge.zero_sum + out_last);
+  bulk.scale = scales;
   edge.scale = bulk.scale + block_positions;
-  int64_t* index = reinterpret_cast<int64_t*>(edge.scale + out_last);
-  int64_t* row_lead_valid = index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
   for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
   const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);

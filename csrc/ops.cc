@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <memory>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -98,6 +100,36 @@ void* output(OrtKernelContext* ctx, const int64_t* dims, size_t rank) {
   check(g_ort->GetTensorMutableData(value, &data));
   return data;
 }
+
+// Kernels read and write elements through typed pointers, which must be aligned to the element size. ORT's own
+// buffers are; a user's (IOBinding over memory at any offset) may not be. Such a tensor goes through an aligned copy.
+class AlignedIo {
+ public:
+  AlignedIo(const void* x, size_t x_bytes, void* y, size_t y_bytes, size_t element)
+      : x_(x), y_(y), user_y_(y), y_bytes_(y_bytes) {
+    if (reinterpret_cast<uintptr_t>(x) % element != 0) {
+      x_copy_ = std::make_unique<ScratchBuffer>(x_bytes);
+      std::memcpy(x_copy_->as<char>(), x, x_bytes);
+      x_ = x_copy_->as<char>();
+    }
+    if (reinterpret_cast<uintptr_t>(y) % element != 0) {
+      y_copy_ = std::make_unique<ScratchBuffer>(y_bytes);
+      y_ = y_copy_->as<char>();
+    }
+  }
+  const char* x() const { return static_cast<const char*>(x_); }
+  char* y() const { return static_cast<char*>(y_); }
+  void finish() const {
+    if (y_copy_) std::memcpy(user_y_, y_, y_bytes_);
+  }
+
+ private:
+  const void* x_;
+  void* y_;
+  void* user_y_;
+  size_t y_bytes_;
+  std::unique_ptr<ScratchBuffer> x_copy_, y_copy_;
+};
 
 template <class Dims>
 std::string shape_text(const Dims& shape) {
@@ -223,10 +255,11 @@ class GlobalPool final : public OpKernel {
     if (channels == 0) return;
     const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
     const size_t bytes = element_bytes(type_);
+    const AlignedIo io(x.data, static_cast<size_t>(channels * size) * bytes, y, static_cast<size_t>(channels) * bytes, bytes);
     parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
-      fn(static_cast<const char*>(x.data) + begin * size * bytes, static_cast<char*>(y) + begin * bytes, end - begin,
-         size, lp_);
+      fn(io.x() + begin * size * bytes, io.y() + begin * bytes, end - begin, size, lp_);
     });
+    io.finish();
   }
 
  private:
@@ -260,10 +293,12 @@ class LpPool final : public OpKernel {
     const int64_t window_cost = std::min(g.kernel_size, g.in_size);
     const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
                              ? (int64_t{1} << 40) : g.in_size + g.out_size * window_cost / 4;
+    const AlignedIo io(x.data, static_cast<size_t>(planes * g.in_size) * bytes, y,
+                       static_cast<size_t>(planes * g.out_size) * bytes, bytes);
     parallel_for(ctx, planes, cost, [&](int64_t begin, int64_t end) {
-      fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
-         static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, g, lp_);
+      fn(io.x() + begin * g.in_size * bytes, io.y() + begin * g.out_size * bytes, end - begin, g, lp_);
     });
+    io.finish();
   }
 
  private:

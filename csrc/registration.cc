@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <climits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -148,7 +149,7 @@ const std::vector<CustomOp>& all_custom_ops() {
 
 // Domains handed to sessions must outlive them; they are kept until the process ends.
 std::mutex g_domains_mutex;
-std::vector<OrtCustomOpDomain*> g_domains;
+std::map<std::string, std::vector<OrtCustomOpDomain*>> g_domains;  // by selection
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
 constexpr const char* kTypesConfigKey = "onnx_pools.types";
@@ -230,22 +231,29 @@ void register_ops(OrtSessionOptions* options) {
   auto taken = [&](const CustomOp& op) {
     return chosen.count(op.def->name) && types.count(type_name(op.type)) != static_cast<size_t>(op.schema_only);
   };
-  std::vector<std::string> domains;
-  for (const CustomOp& op : all_custom_ops()) {
-    if (taken(op) && std::find(domains.begin(), domains.end(), op.def->domain) == domains.end()) {
-      domains.push_back(op.def->domain);
-    }
-  }
+  // One set of domains per selection, made once and shared by every session that asks for it: ORT keeps only
+  // pointers, and a domain made per registration would be held (leaked) for the life of the process.
+  std::string key;
+  for (const std::string& name : chosen) key += name + ",";
+  key += ";";
+  for (const std::string& type : types) key += type + ",";
   std::lock_guard<std::mutex> lock(g_domains_mutex);
-  for (const std::string& name : domains) {
-    OrtCustomOpDomain* domain = nullptr;
-    check(g_ort->CreateCustomOpDomain(name.c_str(), &domain));
-    g_domains.push_back(domain);
+  std::vector<OrtCustomOpDomain*>& domains = g_domains[key];
+  if (domains.empty()) {
+    std::vector<std::string> names;
     for (const CustomOp& op : all_custom_ops()) {
-      if (op.def->domain == name && taken(op)) check(g_ort->CustomOpDomain_Add(domain, const_cast<CustomOp*>(&op)));
+      if (taken(op) && std::find(names.begin(), names.end(), op.def->domain) == names.end()) names.push_back(op.def->domain);
     }
-    check(g_ort->AddCustomOpDomain(options, domain));
+    for (const std::string& name : names) {
+      OrtCustomOpDomain* domain = nullptr;
+      check(g_ort->CreateCustomOpDomain(name.c_str(), &domain));
+      domains.push_back(domain);
+      for (const CustomOp& op : all_custom_ops()) {
+        if (op.def->domain == name && taken(op)) check(g_ort->CustomOpDomain_Add(domain, const_cast<CustomOp*>(&op)));
+      }
+    }
   }
+  for (OrtCustomOpDomain* domain : domains) check(g_ort->AddCustomOpDomain(options, domain));
 }
 
 // g_shape_reference when the running ONNX Runtime has it and it answers correctly for a tensor of known shape.
