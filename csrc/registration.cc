@@ -147,9 +147,17 @@ const std::vector<CustomOp>& all_custom_ops() {
   return ops;
 }
 
-// Domains handed to sessions must outlive them; they are kept until the process ends.
+// Domains handed to sessions must outlive them: they are kept, one set per selection, until the library is
+// unloaded (ORT unloads it with the last SessionOptions that registered it, or the process ends).
+struct Domains {
+  std::map<std::string, std::vector<OrtCustomOpDomain*>> by_selection;
+  ~Domains() {
+    for (auto& entry : by_selection)
+      for (OrtCustomOpDomain* domain : entry.second) g_ort->ReleaseCustomOpDomain(domain);
+  }
+};
 std::mutex g_domains_mutex;
-std::map<std::string, std::vector<OrtCustomOpDomain*>> g_domains;  // by selection
+Domains g_domains;
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
 constexpr const char* kTypesConfigKey = "onnx_pools.types";
@@ -238,7 +246,7 @@ void register_ops(OrtSessionOptions* options) {
   key += ";";
   for (const std::string& type : types) key += type + ",";
   std::lock_guard<std::mutex> lock(g_domains_mutex);
-  std::vector<OrtCustomOpDomain*>& domains = g_domains[key];
+  std::vector<OrtCustomOpDomain*>& domains = g_domains.by_selection[key];
   if (domains.empty()) {
     std::vector<std::string> names;
     for (const CustomOp& op : all_custom_ops()) {
