@@ -179,6 +179,35 @@ inline bool window_sum_trusted(A sum) {
   return (sum >= tiny) & (sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
 }
 
+// Multiplies n values by 2^e, exactly (in steps a float can hold) while they stay normal.
+template <class A>
+void scale_by_power_of_two(A* v, int64_t n, int e) {
+  while (e != 0) {
+    const int step = e > 100 ? 100 : (e < -100 ? -100 : e);
+    const A factor = static_cast<A>(std::ldexp(1.0, step));
+    for (int64_t i = 0; i < n; ++i) v[i] *= factor;
+    e -= step;
+  }
+}
+
+// The largest |x| of n elements (NaN ignored), as the accumulator type.
+template <class T>
+AccOf<T> largest_magnitude(const T* x, int64_t n) {
+  using A = AccOf<T>;
+  A m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const A a = std::fabs(to_acc<A>(x[i]));
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// The exponent e that brings m to [1, 2) as m * 2^e, or 0 when m is 0, inf or NaN.
+template <class A>
+int normalising_exponent(A m) {
+  return (m > 0 && std::isfinite(m)) ? -std::ilogb(m) : 0;
+}
+
 // max|x| * (sum (|x|/max|x|)^p)^(1/p) over the elements visit() produces: safe from overflow and underflow.
 template <class Visit>
 double lp_scaled(Visit&& visit, const LpNorm& lp) {
@@ -414,8 +443,21 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           total += power_sum_block(acc_view(xc + off, buffer, n), n, power);
         }
       });
+      int e = 0;
+      if (!lp_sum_trusted<A>(total) && !needs_scaled_lp(lp) && (e = normalising_exponent(largest_magnitude(xc, size))) != 0) {
+        // Subnormal or huge values: the channel scaled by 2^e (exact) usually sums in range; still fast.
+        total = 0;
+        with_power(lp, [&](auto power) {
+          for (int64_t off = 0; off < size; off += kBlock) {
+            const int64_t n = min_of(kBlock, size - off);
+            load_block(xc + off, buffer, n);
+            scale_by_power_of_two(buffer, n, e);
+            total += power_sum_block(static_cast<const A*>(buffer), n, power);
+          }
+        });
+      }
       if (lp_sum_trusted<A>(total) && !needs_scaled_lp(lp)) {
-        result = lp_root(total, lp);
+        result = std::ldexp(lp_root(total, lp), -e);
       } else {
         result = lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
       }
@@ -570,14 +612,26 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.in_size;
     T* yp = y + p * g.out_size;
-    load_block(xp, powers, g.in_size);
-    with_power(lp, [&](auto power) {
-      for (int64_t i = 0; i < g.in_size; ++i) powers[i] = power(powers[i]);
-    });
-    A* sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
+    // The plane is multiplied by 2^e (exact) before the powers and the roots by 2^-e after: e = 0 first, and when
+    // many windows come out untrusted (subnormal or huge inputs), once more with e normalising the plane's largest
+    // magnitude, so such planes stay on the fast path.
+    int e = 0;
+    A* sums;
+    int64_t untrusted;
+    for (int attempt = 0;; ++attempt) {
+      load_block(xp, powers, g.in_size);
+      if (e != 0) scale_by_power_of_two(powers, g.in_size, e);
+      with_power(lp, [&](auto power) {
+        for (int64_t i = 0; i < g.in_size; ++i) powers[i] = power(powers[i]);
+      });
+      sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
+      untrusted = 0;
+      for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
+      if (attempt > 0 || untrusted * 16 <= g.out_size || needs_scaled_lp(lp)) break;
+      e = normalising_exponent(largest_magnitude(xp, g.in_size));
+      if (e == 0) break;
+    }
     // Roots in place, then the rare untrusted windows again, scaled.
-    int64_t untrusted = 0;
-    for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
     A* roots = sums == buf_a ? buf_b : buf_a;
     if (lp.integer_p == 1) {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = sums[i];
@@ -590,6 +644,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     } else {
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(lp_root(sums[i], lp));
     }
+    if (e != 0) scale_by_power_of_two(roots, g.out_size, -e);
     if (untrusted > 0 || needs_scaled_lp(lp)) {
       for (int64_t i = 0; i < g.out_size; ++i) {
         if (window_sum_trusted(sums[i]) && !needs_scaled_lp(lp)) continue;
