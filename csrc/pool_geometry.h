@@ -33,8 +33,13 @@ struct AxisGeometry {
   // empty. Loops over these, not over the whole kernel, stay bounded by the input however large the kernel.
   void valid_range(int64_t j, int64_t& k_lo, int64_t& k_hi) const {
     const int64_t start = j * stride - pad_begin;
-    k_lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-    k_hi = start >= in ? 0 : (in - 1 - start) / dilation + 1;
+    if (dilation == 1) {  // the usual case, without divisions
+      k_lo = start >= 0 ? 0 : -start;
+      k_hi = in - start;
+    } else {
+      k_lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+      k_hi = start >= in ? 0 : (in - 1 - start) / dilation + 1;
+    }
     if (k_hi > kernel) k_hi = kernel;
     if (k_hi < k_lo) k_hi = k_lo;
   }
