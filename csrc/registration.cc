@@ -2,6 +2,7 @@
 // Also the C entry points the Python loader reads (call counters, chosen instruction set).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <climits>
@@ -21,6 +22,10 @@ namespace onnx_pools {
 
 const OrtApi* g_ort = nullptr;
 ShapeReferenceFn g_shape_reference = nullptr;
+// ONNX Runtime before 1.24 dereferences a null input type while building the shape-inference context of a custom
+// op node that omits an optional input (OrtShapeInferContext's constructor): no shape inference there for ops
+// with optional inputs.
+bool g_shape_inference_with_optional_inputs = true;
 
 void check(OrtStatus* status) {
   if (status == nullptr) return;
@@ -122,6 +127,9 @@ struct CustomOp : OrtCustomOp {
       });
     };
     KernelDestroy = [](void* kernel) { delete static_cast<NodeKernel*>(kernel); };
+    bool has_optional = false;
+    for (const Param& p : *d->inputs) has_optional = has_optional || p.optional;
+    if (has_optional && !g_shape_inference_with_optional_inputs) return;
     InferOutputShapeFn = [](const OrtCustomOp* op, OrtShapeInferContext* ctx) -> OrtStatus* {
       // Best effort: a model the kernel would reject still loads here, and the kernel names the problem.
       try {
@@ -310,7 +318,12 @@ ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* o
     return oldest ? oldest->CreateStatus(ORT_FAIL, "onnx-pools needs ONNX Runtime 1.21 or newer") : nullptr;
   }
   g_ort = api;
-  static const ShapeReferenceFn shape_reference = find_shape_reference(api_base);
+  int major = 0, minor = 0;
+  std::sscanf(api_base->GetVersionString(), "%d.%d", &major, &minor);
+  const bool ort_1_24 = major > 1 || (major == 1 && minor >= 24);
+  g_shape_inference_with_optional_inputs = ort_1_24;
+  // (asked only where it exists: older ORT prints a message for an API version it does not have)
+  static const ShapeReferenceFn shape_reference = ort_1_24 ? find_shape_reference(api_base) : nullptr;
   g_shape_reference = shape_reference;
   return guarded([&] { register_ops(options); });
 }

@@ -244,7 +244,7 @@ def _to_ortvalue(v):
 
 def _from_ortvalue(ov):
     if ov.data_type() == "tensor(bfloat16)":
-        n = ov.tensor_size_in_bytes()
+        n = (2 * int(np.prod(ov.shape())))
         raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
         return np.frombuffer(raw, np.uint16).view(_bf16()).reshape(ov.shape()).copy()
     return ov.numpy()

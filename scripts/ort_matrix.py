@@ -201,10 +201,11 @@ def run_version(version, args, wheel, lib_sha, suite, out):
 
 
 def table(rows):
-    lines = ["| onnxruntime | result | passed | failed | of which crashed | skipped | time (s) |",
+    lines = ["| onnxruntime | result | passed | failed | of which crashed | skipped / xfailed | time (s) |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['version']} | {r['result']} | {r['passed']} | {r['failed']} | {r['crashed']} | "
+        result = r["result"] if not r["note"] or r["crashed"] else f"{r['result']} ({r['note']})"
+        lines.append(f"| {r['version']} | {result} | {r['passed']} | {r['failed']} | {r['crashed']} | "
                      f"{r['skipped']} | {r['seconds']:.0f} |")
     return "\n".join(lines)
 

@@ -100,7 +100,7 @@ def run_session(sess, feeds):
     res = []
     for ov in b.get_outputs():
         if ov.data_type() == "tensor(bfloat16)":
-            n = ov.tensor_size_in_bytes()
+            n = (2 * int(np.prod(ov.shape())))
             raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
             res.append(np.frombuffer(raw, np.uint16).view(BF16).reshape(ov.shape()).copy())
         else:

@@ -79,7 +79,9 @@ def run(sess, feeds):
     sess.run_with_iobinding(b)
     outs = []
     for ov in b.get_outputs():
-        n = ov.tensor_size_in_bytes()
+        size = {'tensor(float)': 4, 'tensor(double)': 8, 'tensor(float16)': 2, 'tensor(bfloat16)': 2,
+                'tensor(uint8)': 1, 'tensor(int8)': 1}[ov.data_type()]
+        n = size * int(np.prod(ov.shape()))
         data = ctypes.string_at(ov.data_ptr(), n) if n else b""
         outs.append({"dtype": NAMES.get(ov.data_type(), ov.data_type()), "shape": list(ov.shape()),
                      "data": base64.b64encode(data).decode()})
