@@ -72,48 +72,43 @@ def _lp_pool_padded(p, k, s, pad):
 
 def make_cases():
     t = torch is not None
+    # (callable, description) of the nearest PyTorch call per kind of case; none where torch is absent
+    gap = ((lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, "adaptive_avg_pool2d")
+    gmp = ((lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None, "amax(dim=(2,3))")
+    glp2 = ((lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
+            "linalg.vector_norm(dim=(2,3))")
+    lp3x3 = (_lp_pool_padded(2, 3, 1, 1) if t else None,
+             "avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)")
+    lp3x3_attrs = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
+    q3x3 = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
+
+    def case(label, op, dtype, shape, attrs=None, torch_call=(None, ""), nonneg=False):
+        return Case(label, op, dtype, shape, attrs or {}, nonneg, torch_call[0], torch_call[1])
+
     return [
-        Case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (32, 64, 112, 112),
-             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
-        Case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 2048, 7, 7),
-             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
-        Case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (8, 256, 56, 56),
-             torch_fn=(lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None,
-             torch_desc="amax(dim=(2,3))"),
-        Case("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (8, 256, 56, 56), {"p": 2},
-             torch_fn=(lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
-             torch_desc="linalg.vector_norm(dim=(2,3))"),
-        Case("LpPool 3x3 s1 pad1 p=2 f32", "LpPool", "float32", (8, 64, 56, 56),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2},
-             torch_fn=_lp_pool_padded(2, 3, 1, 1) if t else None,
-             torch_desc="avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)"),
-        Case("LpPool 2x2 s2 p=3 f32", "LpPool", "float32", (8, 64, 112, 112),
-             {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}, nonneg=True,
-             torch_fn=(lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, torch_desc="lp_pool2d (input >= 0)"),
-        Case("QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (8, 64, 56, 56),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 0}),
-        Case("QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (8, 56, 56, 64),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 1}),
-        Case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
-             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None,
-             torch_desc="adaptive_avg_pool2d (half)"),
+        case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (32, 64, 112, 112), torch_call=gap),
+        case("GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 2048, 7, 7), torch_call=gap),
+        case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (8, 256, 56, 56), torch_call=gmp),
+        case("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (8, 256, 56, 56), {"p": 2}, glp2),
+        case("LpPool 3x3 s1 pad1 p=2 f32", "LpPool", "float32", (8, 64, 56, 56), lp3x3_attrs, lp3x3),
+        case("LpPool 2x2 s2 p=3 f32", "LpPool", "float32", (8, 64, 112, 112),
+             {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+             ((lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, "lp_pool2d (input >= 0)"), nonneg=True),
+        case("QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (8, 64, 56, 56),
+             {**q3x3, "channels_last": 0}),
+        case("QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (8, 56, 56, 64),
+             {**q3x3, "channels_last": 1}),
+        case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
+             torch_call=(gap[0], "adaptive_avg_pool2d (half)")),
         # Tiny tensors: what is left is the per-run cost of a node, where a custom op must not lose either.
-        Case("tiny GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 8, 4, 4),
-             torch_fn=(lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, torch_desc="adaptive_avg_pool2d"),
-        Case("tiny GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 1, 1, 1),
-             torch_fn=(lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None,
-             torch_desc="amax(dim=(2,3))"),
-        Case("tiny GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (1, 8, 4, 4), {"p": 2},
-             torch_fn=(lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
-             torch_desc="linalg.vector_norm(dim=(2,3))"),
-        Case("tiny LpPool 3x3 pad1 p=2 f32", "LpPool", "float32", (1, 4, 8, 8),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2},
-             torch_fn=_lp_pool_padded(2, 3, 1, 1) if t else None,
-             torch_desc="avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)"),
-        Case("tiny QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (1, 4, 8, 8),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 0}),
-        Case("tiny QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (1, 8, 8, 4),
-             {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "channels_last": 1}),
+        case("tiny GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 8, 4, 4), torch_call=gap),
+        case("tiny GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 1, 1, 1), torch_call=gmp),
+        case("tiny GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (1, 8, 4, 4), {"p": 2}, glp2),
+        case("tiny LpPool 3x3 pad1 p=2 f32", "LpPool", "float32", (1, 4, 8, 8), lp3x3_attrs, lp3x3),
+        case("tiny QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (1, 4, 8, 8),
+             {**q3x3, "channels_last": 0}),
+        case("tiny QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (1, 8, 8, 4),
+             {**q3x3, "channels_last": 1}),
     ]
 
 
