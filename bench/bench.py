@@ -38,6 +38,8 @@ except ImportError:  # run as a script from a checkout
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx_pools.cli import max_abs_diff
+
 try:
     import torch
     import torch.nn.functional as F
@@ -215,14 +217,11 @@ def read_ceiling(threads, target, quick):
 
 
 def compare(y_lib, y_stock):
-    if y_lib.shape != y_stock.shape:
-        return float("inf")
-    if y_lib.size == 0:
-        return 0.0
-    if y_lib.dtype.kind in "iu":
-        return float(np.max(np.abs(y_lib.astype(np.int64) - y_stock.astype(np.int64))))
-    a, b = y_lib.astype(np.float64), y_stock.astype(np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+    """max |lib - stock|: in quantization steps for integers, relative to max |stock| for floats."""
+    d = max_abs_diff(y_lib, y_stock)
+    if y_lib.dtype.kind in "iu" or y_lib.size == 0 or y_lib.shape != y_stock.shape:
+        return d
+    return d / max(float(np.max(np.abs(y_stock.astype(np.float64)))), 1e-30)
 
 
 def bench_case(case, shape, threads, target, min_runs, rng):
