@@ -436,30 +436,37 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       }
       result = running;
     } else {
-      double total = 0;
-      with_power(lp, [&](auto power) {
-        for (int64_t off = 0; off < size; off += kBlock) {
-          const int64_t n = min_of(kBlock, size - off);
-          total += power_sum_block(acc_view(xc + off, buffer, n), n, power);
-        }
-      });
-      int e = 0;
-      if (!lp_sum_trusted<A>(total) && !needs_scaled_lp(lp) && (e = normalising_exponent(largest_magnitude(xc, size))) != 0) {
-        // Subnormal or huge values: the channel scaled by 2^e (exact) usually sums in range; still fast.
-        total = 0;
+      auto exact = [&] {
+        return lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
+      };
+      // sum |x * 2^e|^p (scaling by a power of two is exact)
+      auto power_total = [&](int e) {
+        double total = 0;
         with_power(lp, [&](auto power) {
           for (int64_t off = 0; off < size; off += kBlock) {
             const int64_t n = min_of(kBlock, size - off);
-            load_block(xc + off, buffer, n);
-            scale_by_power_of_two(buffer, n, e);
-            total += power_sum_block(static_cast<const A*>(buffer), n, power);
+            const A* a = acc_view(xc + off, buffer, n);
+            if (e != 0) {
+              if (a != buffer) std::memcpy(buffer, a, sizeof(A) * static_cast<size_t>(n));
+              scale_by_power_of_two(buffer, n, e);
+              a = buffer;
+            }
+            total += power_sum_block(a, n, power);
           }
         });
-      }
-      if (lp_sum_trusted<A>(total) && !needs_scaled_lp(lp)) {
-        result = std::ldexp(lp_root(total, lp), -e);
+        return total;
+      };
+      if (needs_scaled_lp(lp)) {
+        result = exact();
       } else {
-        result = lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
+        double total = power_total(0);
+        int e = 0;
+        if (!lp_sum_trusted<A>(total)) {
+          // Subnormal or huge values: the channel scaled into range usually sums fine, and stays fast.
+          e = normalising_exponent(largest_magnitude(xc, size));
+          if (e != 0) total = power_total(e);
+        }
+        result = lp_sum_trusted<A>(total) ? std::ldexp(lp_root(total, lp), -e) : exact();
       }
     }
     y[c] = from_acc<T>(result);
@@ -609,9 +616,21 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   A* powers = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
   A* buf_a = powers + scratch;
   A* buf_b = buf_a + scratch;
+  const bool all_exact = needs_scaled_lp(lp);
   for (int64_t p = 0; p < planes; ++p) {
     const T* xp = x + p * g.in_size;
     T* yp = y + p * g.out_size;
+    // The scaled double form of one window: for windows the fast sums cannot be trusted with (or all of them).
+    auto exact = [&](int64_t i) {
+      return static_cast<A>(lp_scaled([&](auto&& f) {
+        visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
+      }, lp));
+    };
+    if (all_exact) {
+      for (int64_t i = 0; i < g.out_size; ++i) buf_a[i] = exact(i);
+      store_block(static_cast<const A*>(buf_a), yp, g.out_size);
+      continue;
+    }
     // The plane is multiplied by 2^e (exact) before the powers and the roots by 2^-e after: e = 0 first, and when
     // many windows come out untrusted (subnormal or huge inputs), once more with e normalising the plane's largest
     // magnitude, so such planes stay on the fast path.
@@ -627,7 +646,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
       sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
       untrusted = 0;
       for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
-      if (attempt > 0 || untrusted * 16 <= g.out_size || needs_scaled_lp(lp)) break;
+      if (attempt > 0 || untrusted * 16 <= g.out_size) break;
       e = normalising_exponent(largest_magnitude(xp, g.in_size));
       if (e == 0) break;
     }
@@ -645,13 +664,9 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
       for (int64_t i = 0; i < g.out_size; ++i) roots[i] = static_cast<A>(lp_root(sums[i], lp));
     }
     if (e != 0) scale_by_power_of_two(roots, g.out_size, -e);
-    if (untrusted > 0 || needs_scaled_lp(lp)) {
+    if (untrusted > 0) {
       for (int64_t i = 0; i < g.out_size; ++i) {
-        if (window_sum_trusted(sums[i]) && !needs_scaled_lp(lp)) continue;
-        auto window = [&](auto&& f) {
-          visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
-        };
-        roots[i] = static_cast<A>(lp_scaled(window, lp));
+        if (!window_sum_trusted(sums[i])) roots[i] = exact(i);
       }
     }
     store_block(roots, yp, g.out_size);
