@@ -179,27 +179,53 @@ inline bool window_sum_trusted(A sum) {
   return (sum >= tiny) & (sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
 }
 
-// Multiplies n values by 2^e, exactly (in steps a float can hold) while they stay normal.
+// 2^e as two factors of the accumulator type (one alone cannot reach a float's subnormals): v * first * second
+// is exact while the products stay normal.
+template <class A>
+struct PowerOfTwo {
+  A first, second;
+  explicit PowerOfTwo(int e) {
+    constexpr int limit = std::numeric_limits<A>::max_exponent - 1;
+    const int step = e > limit ? limit : (e < -limit ? -limit : e);
+    first = static_cast<A>(std::ldexp(1.0, step));
+    second = static_cast<A>(std::ldexp(1.0, e - step));
+  }
+};
+
+// Multiplies n values by 2^e.
 template <class A>
 void scale_by_power_of_two(A* v, int64_t n, int e) {
-  while (e != 0) {
-    const int step = e > 100 ? 100 : (e < -100 ? -100 : e);
-    const A factor = static_cast<A>(std::ldexp(1.0, step));
-    for (int64_t i = 0; i < n; ++i) v[i] *= factor;
-    e -= step;
-  }
+  const PowerOfTwo<A> f(e);
+  for (int64_t i = 0; i < n; ++i) v[i] = v[i] * f.first * f.second;
 }
 
-// The largest |x| of n elements (NaN ignored), as the accumulator type.
+// The largest |x| of n elements (NaN ignored), as the accumulator type. Kept in lanes so it compiles to vector
+// compares: a scalar compare of a subnormal takes a microcode assist on some x86 cores (about 30x slower here),
+// and this runs exactly when the data is subnormal.
 template <class T>
 AccOf<T> largest_magnitude(const T* x, int64_t n) {
   using A = AccOf<T>;
-  A m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const A a = std::fabs(to_acc<A>(x[i]));
-    m = a > m ? a : m;
+  A buffer[kBlock];
+  A lanes[kLanes] = {};
+  for (int64_t off = 0; off < n; off += kBlock) {
+    const int64_t count = min_of(kBlock, n - off);
+    const A* a = acc_view(x + off, buffer, count);
+    int64_t i = 0;
+    for (; i + kLanes <= count; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const A v = std::fabs(a[i + l]);
+        lanes[l] = v > lanes[l] ? v : lanes[l];  // NaN compares false: ignored
+      }
+    }
+    for (int l = 0; i + l < count; ++l) {
+      const A v = std::fabs(a[i + l]);
+      lanes[l] = v > lanes[l] ? v : lanes[l];
+    }
   }
-  return m;
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] = lanes[l + width] > lanes[l] ? lanes[l + width] : lanes[l];
+  }
+  return lanes[0];
 }
 
 // The exponent e that brings m to [1, 2) as m * 2^e, or 0 when m is 0, inf or NaN.
@@ -439,19 +465,17 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       auto exact = [&] {
         return lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
       };
-      // sum |x * 2^e|^p (scaling by a power of two is exact)
-      auto power_total = [&](int e) {
+      // sum over [begin, end) of |x * 2^e|^p, the scaling inside the same loop
+      auto power_total = [&](int e, int64_t begin, int64_t end) {
         double total = 0;
+        const PowerOfTwo<A> f(e);
         with_power(lp, [&](auto power) {
-          for (int64_t off = 0; off < size; off += kBlock) {
-            const int64_t n = min_of(kBlock, size - off);
+          for (int64_t off = begin; off < end; off += kBlock) {
+            const int64_t n = min_of(kBlock, end - off);
             const A* a = acc_view(xc + off, buffer, n);
-            if (e != 0) {
-              if (a != buffer) std::memcpy(buffer, a, sizeof(A) * static_cast<size_t>(n));
-              scale_by_power_of_two(buffer, n, e);
-              a = buffer;
-            }
-            total += power_sum_block(a, n, power);
+            if (e == 0) total += power_sum_block(a, n, power);
+            else if (f.second == 1) total += mapped_sum_block(a, n, [&](A v) { return power(v * f.first); });
+            else total += mapped_sum_block(a, n, [&](A v) { return power(v * f.first * f.second); });
           }
         });
         return total;
@@ -459,12 +483,25 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       if (needs_scaled_lp(lp)) {
         result = exact();
       } else {
-        double total = power_total(0);
+        // The first elements tell whether the channel is subnormal or huge; if so it is summed scaled by 2^e, with e
+        // from the first block's largest magnitude, in one pass. (A short probe: powers that underflow to
+        // subnormals cost a microcode assist each.) Only if that still leaves the total untrusted (the magnitudes
+        // vary across the channel) is e taken from the whole channel, and last the exact path.
+        const int64_t first = min_of(int64_t{kLanes}, size);
         int e = 0;
+        double total = power_total(0, 0, first);
+        if (lp_sum_trusted<A>(total)) {
+          total += power_total(0, first, size);
+        } else {
+          e = normalising_exponent(largest_magnitude(xc, min_of(kBlock, size)));
+          total = power_total(e, 0, size);
+        }
         if (!lp_sum_trusted<A>(total)) {
-          // Subnormal or huge values: the channel scaled into range usually sums fine, and stays fast.
-          e = normalising_exponent(largest_magnitude(xc, size));
-          if (e != 0) total = power_total(e);
+          const int channel_e = normalising_exponent(largest_magnitude(xc, size));
+          if (channel_e != e) {
+            e = channel_e;
+            total = power_total(e, 0, size);
+          }
         }
         result = lp_sum_trusted<A>(total) ? std::ldexp(lp_root(total, lp), -e) : exact();
       }
@@ -635,6 +672,13 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     // many windows come out untrusted (subnormal or huge inputs), once more with e normalising the plane's largest
     // magnitude, so such planes stay on the fast path.
     int e = 0;
+    {  // a probe of the plane's first elements: if their powers already underflow or overflow, scale from the start
+      const int64_t n = min_of(kBlock, g.in_size);
+      const A* probe = acc_view(xp, buf_a, n);
+      double probe_sum = 0;
+      with_power(lp, [&](auto power) { probe_sum = power_sum_block(probe, n, power); });
+      if (!lp_sum_trusted<A>(probe_sum)) e = normalising_exponent(largest_magnitude(xp, g.in_size));
+    }
     A* sums;
     int64_t untrusted;
     for (int attempt = 0;; ++attempt) {
@@ -647,8 +691,9 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
       untrusted = 0;
       for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
       if (attempt > 0 || untrusted * 16 <= g.out_size) break;
-      e = normalising_exponent(largest_magnitude(xp, g.in_size));
-      if (e == 0) break;
+      const int plane_e = normalising_exponent(largest_magnitude(xp, g.in_size));
+      if (plane_e == e) break;
+      e = plane_e;
     }
     // Roots in place, then the rare untrusted windows again, scaled.
     A* roots = sums == buf_a ? buf_b : buf_a;

@@ -132,6 +132,37 @@ def test_subnormal_inputs(dtype):
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_lp_magnitudes_that_change_along_the_data(dtype):
+    """The Lp kernels pick a power-of-two scaling from the first elements of a channel or plane (so subnormal data
+    is not slow); data whose magnitude changes after those elements must still come out right: zeros, subnormal,
+    tiny, normal and near-max segments in every order, with segment boundaries around the probe (64) and block
+    (1024) lengths."""
+    rng = rng_for("changing magnitudes", dtype)
+    levels = {"zero": 0.0, "subnormal": {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5,
+                                         "bfloat16": 5e-39}[dtype],
+              "tiny": {"float32": 1e-20, "float64": 1e-160, "float16": 1e-3, "bfloat16": 1e-20}[dtype],
+              "normal": 1.0, "near max": MAX[dtype] / 8}
+    names = list(levels)
+    for first in names:
+        for second in names:
+            if first == second:
+                continue
+            for split in (63, 1025):
+                length = split + 1100
+                scale = np.where(np.arange(length) < split, levels[first], levels[second])
+                x = R.to_dtype(rng.uniform(0.5, 1.5, [2, length]) * scale * rng.choice([-1.0, 1.0], [2, length]),
+                               dtype)[None]
+                for p in (2, 3):
+                    check_global("GlobalLpPool", dtype, x, p=p, what=f"{first} then {second} at {split}")
+                plane = x.reshape(1, 2, length // 25 if length % 25 == 0 else 1, -1)
+                y, _ = run_op("LpPool", 22, dtype, plane, {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1], "p": 2})
+                with np.errstate(all="ignore"):
+                    ref = R.lp_pool(plane, [1, 3], pads=[0, 1, 0, 1], p=2)
+                assert_close_with_subnormals(y, ref, dtype, plane, f"LpPool {dtype} {first} then {second} at {split}")
+            CASE_COUNTS["huge/odd: magnitudes changing along the data"] += 1
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_lp_near_the_top_of_the_range(dtype):
     """|x| near the type's largest finite value: Lp norms must not overflow where the true result is representable,
     and must be inf where it is not (README: overflow-safe)."""
