@@ -585,27 +585,46 @@ A* window_sums(const S* src, A* buf_a, A* buf_b, const PoolGeometry& g, int64_t 
   return spare;  // the buffer written last
 }
 
-// Window sums of one 2-D plane, computed window by window: for output rows too short for the separable passes'
-// vector loops (their per-row setup would dominate), e.g. 2x2 windows over 7x7 planes.
+// Window sums of one 2-D plane with short output rows (fewer than 16 columns) and no dilation, for which the
+// separable passes' per-row setup would dominate (e.g. 2x2 windows over 7x7 planes): a summed-area table, so
+// no per-window loop or branch. Across each input row a running sum, of which each output column takes the
+// difference of two values; those row sums accumulated down the height; each window is then the difference of
+// two accumulated rows. All sums are unsigned and may wrap: every difference is still exact, as each window's sum
+// fits A. Scratch: (in_w + 1) + (in_h + 1) * out_w values.
+constexpr int64_t kDirectColumns = 16;
 template <class S, class A>
-void direct_window_sums_2d(const S* src, A* dst, const PoolGeometry& g) {
+void direct_window_sums_2d(const S* src, A* dst, const PoolGeometry& g, A* scratch) {
+  using U = std::make_unsigned_t<A>;
   const AxisGeometry& gh = g.axes[0];
   const AxisGeometry& gw = g.axes[1];
+  const int64_t out_w = gw.out;
+  // [begin, end) of the in-bounds positions of a window along an axis; 0 to 0 when it holds none (all padding)
+  auto bounds = [](const AxisGeometry& ax, int64_t j, int64_t& begin, int64_t& end) {
+    int64_t lo, hi;
+    ax.valid_range(j, lo, hi);
+    begin = hi > lo ? j * ax.stride - ax.pad_begin + lo : 0;
+    end = begin + (hi - lo);
+  };
+  int64_t begin[kDirectColumns], end[kDirectColumns];
+  for (int64_t ow = 0; ow < out_w; ++ow) bounds(gw, ow, begin[ow], end[ow]);
+  U* running = reinterpret_cast<U*>(scratch);  // running[w]: the current row's first w elements
+  U* columns = running + gw.in + 1;            // columns[h][ow]: rows [0, h) summed over column ow's span
+  for (int64_t ow = 0; ow < out_w; ++ow) columns[ow] = 0;
+  running[0] = 0;
+  for (int64_t h = 0; h < gh.in; ++h) {
+    const S* row = src + h * gw.in;
+    for (int64_t w = 0; w < gw.in; ++w) running[w + 1] = running[w] + static_cast<U>(static_cast<A>(row[w]));
+    const U* above = columns + h * out_w;
+    U* next = columns + (h + 1) * out_w;
+    for (int64_t ow = 0; ow < out_w; ++ow) next[ow] = above[ow] + (running[end[ow]] - running[begin[ow]]);
+  }
   for (int64_t oh = 0; oh < gh.out; ++oh) {
-    const int64_t h0 = oh * gh.stride - gh.pad_begin;
-    int64_t kh_lo, kh_hi;
-    gh.valid_range(oh, kh_lo, kh_hi);
-    for (int64_t ow = 0; ow < gw.out; ++ow) {
-      const int64_t w0 = ow * gw.stride - gw.pad_begin;
-      int64_t kw_lo, kw_hi;
-      gw.valid_range(ow, kw_lo, kw_hi);
-      A sum = 0;
-      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-        const S* row = src + (h0 + kh * gh.dilation) * gw.in;
-        for (int64_t kw = kw_lo; kw < kw_hi; ++kw) sum += static_cast<A>(row[w0 + kw * gw.dilation]);
-      }
-      dst[oh * gw.out + ow] = sum;
-    }
+    int64_t top, bottom;
+    bounds(gh, oh, top, bottom);
+    const U* upper = columns + top * out_w;
+    const U* lower = columns + bottom * out_w;
+    A* d = dst + oh * out_w;
+    for (int64_t ow = 0; ow < out_w; ++ow) d[ow] = static_cast<A>(lower[ow] - upper[ow]);
   }
 }
 
@@ -781,14 +800,16 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
   // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that the
   // requantisation below still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
-  const bool direct = channels == 1 && rank == 2 && out_last < 16;
+  const bool direct = channels == 1 && rank == 2 && out_last < kDirectColumns && g.axes[0].dilation == 1 &&
+                      last.dilation == 1;
   const int64_t widened = channels == 1 && !direct ? g.in_size : 0;
   const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, 4096 / g.out_size)) : 1;
-  const int64_t direct_sums = direct ? step_units * g.out_size : 0;
+  const int64_t direct_sums = direct ? step_units * g.out_size + (last.in + 1) + (g.axes[0].in + 1) * out_last : 0;
   const int64_t step_rows = step_units * rows;
   // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one flat
   // block of up to ~4096 values: one row alone is often shorter than the vectorised loop's step.
-  const int64_t block_rows = max_of<int64_t>(1, min_of<int64_t>(step_rows, 4096 / row_size));
+  // (The direct path's whole step is one such block, its pattern built once below.)
+  const int64_t block_rows = direct ? step_rows : max_of<int64_t>(1, min_of<int64_t>(step_rows, 4096 / row_size));
   const int64_t block_positions = block_rows * out_last;
   ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
@@ -816,15 +837,25 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
   const double y_zero = static_cast<double>(q.y_zero_point);
   const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
+  auto fill_row = [&](I* zero_sum, double* scale, int64_t lead_valid) {
+    for (int64_t j = 0; j < out_last; ++j) {
+      const int64_t valid = lead_valid * last.valid_count(j);
+      const int64_t count = q.count_include_pad ? g.kernel_size : valid;
+      zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
+      scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
+    }
+  };
+  if (direct) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
+    for (int64_t r = 0; r < rows; ++r) fill_row(bulk.zero_sum + r * out_last, bulk.scale + r * out_last, row_lead_valid[r]);
+    for (int64_t k = 1; k < step_units; ++k) {
+      std::memcpy(bulk.zero_sum + k * g.out_size, bulk.zero_sum, sizeof(I) * static_cast<size_t>(g.out_size));
+      std::memcpy(bulk.scale + k * g.out_size, bulk.scale, sizeof(double) * static_cast<size_t>(g.out_size));
+    }
+  }
   auto pattern_for = [&](int64_t lead_valid, int64_t n_rows) -> const Pattern& {
     Pattern& p = n_rows > 1 ? bulk : edge;
     if (p.lead_valid != lead_valid) {
-      for (int64_t j = 0; j < out_last; ++j) {
-        const int64_t valid = lead_valid * last.valid_count(j);
-        const int64_t count = q.count_include_pad ? g.kernel_size : valid;
-        p.zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
-        p.scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
-      }
+      fill_row(p.zero_sum, p.scale, lead_valid);
       p.lead_valid = lead_valid;
       p.rows = 1;
     }
@@ -841,7 +872,9 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     Q* yu = y + u * g.out_size * channels;
     const I* sums;
     if (direct) {
-      for (int64_t k = 0; k < n_units; ++k) direct_window_sums_2d(xu + k * g.in_size, step_sums + k * g.out_size, g);
+      for (int64_t k = 0; k < n_units; ++k) {
+        direct_window_sums_2d(xu + k * g.in_size, step_sums + k * g.out_size, g, step_sums + step_units * g.out_size);
+      }
       sums = step_sums;
     } else if (channels == 1) {
       for (int64_t i = 0; i < g.in_size; ++i) plane[i] = static_cast<I>(xu[i]);
@@ -849,16 +882,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     } else {
       sums = window_sums(xu, buf_a, buf_b, g, channels);
     }
-    const int64_t unit_rows = n_units * rows;  // the rows of consecutive units follow one another
-    for (int64_t row = 0; row < unit_rows;) {
-      const int64_t lead_valid = row_lead_valid[row % rows];
-      int64_t n_rows = 1;
-      while (n_rows < block_rows && row + n_rows < unit_rows && row_lead_valid[(row + n_rows) % rows] == lead_valid) {
-        ++n_rows;
-      }
-      const Pattern& pattern = pattern_for(lead_valid, n_rows);
-      const I* zero_sum = pattern.zero_sum;
-      const double* scale = pattern.scale;
+    // Requantises output rows [row, row + n_rows) of this step, zero_sum and scale per output position.
+    auto requantise = [&](int64_t row, int64_t n_rows, const I* zero_sum, const double* scale) {
       const int64_t positions = n_rows * out_last;
       const I* s = sums + row * row_size;
       Q* yb = yu + row * row_size;
@@ -896,6 +921,20 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
           }
         }
       }
+    };
+    const int64_t unit_rows = n_units * rows;  // the rows of consecutive units follow one another
+    if (direct) {
+      requantise(0, unit_rows, bulk.zero_sum, bulk.scale);
+      continue;
+    }
+    for (int64_t row = 0; row < unit_rows;) {
+      const int64_t lead_valid = row_lead_valid[row % rows];
+      int64_t n_rows = 1;
+      while (n_rows < block_rows && row + n_rows < unit_rows && row_lead_valid[(row + n_rows) % rows] == lead_valid) {
+        ++n_rows;
+      }
+      const Pattern& pattern = pattern_for(lead_valid, n_rows);
+      requantise(row, n_rows, pattern.zero_sum, pattern.scale);
       row += n_rows;
     }
   }

@@ -296,6 +296,30 @@ def test_qlinear_window_without_input_gives_y_zero_point():
     np.testing.assert_array_equal(y, expected)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_small_planes_with_pads_larger_than_the_input(dtype):
+    """Short output rows take a running-sum path: pads up to kernel - 1 on planes smaller than the kernel,
+    strides, ceil_mode and both count_include_pad values, against the reference. (Windows wholly in the padding:
+    test_qlinear_window_without_input_gives_y_zero_point.)"""
+    rng = rng_for("qlinear large pads", dtype)
+    lo, hi = RQ.QRANGE[np.dtype(dtype)]
+    for shape, kernel, pads, strides in (([2, 3, 3, 4], [4, 5], [3, 4, 3, 4], [2, 3]),
+                                         ([1, 2, 1, 7], [3, 2], [2, 0, 2, 1], [1, 2]),
+                                         ([1, 1, 5, 1], [2, 6], [0, 5, 1, 5], [3, 1])):
+        x = rng.integers(lo, hi + 1, shape).astype(dtype)
+        for cip, ceil_mode in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            attrs = {"kernel_shape": kernel, "pads": pads, "strides": strides, "count_include_pad": cip,
+                     "ceil_mode": ceil_mode}
+            model, _ = qlinear_model(dtype, shape, attrs, 0.05, 3, 0.07, -2 if dtype == np.int8 else 9)
+            with counts_one_run("QLinearAveragePool"):
+                y = make_session(model).run(None, {"X": x})[0]
+            ref, pre = RQ.qlinear_average_pool(x, 0.05, 3, 0.07, -2 if dtype == np.int8 else 9, kernel,
+                                               strides=strides, pads=pads, count_include_pad=cip,
+                                               ceil_mode=ceil_mode)
+            check_qlinear(y, ref, pre, f"{dtype.__name__} shape={shape} {attrs}")
+        CASE_COUNTS["huge/odd: QLinearAveragePool pads larger than the input"] += 1
+
+
 # --------------------------------------------------------------------------- more than 2^31 elements
 
 HUGE = os.environ.get("ONNX_POOLS_HUGE") == "1"
