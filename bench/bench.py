@@ -9,8 +9,9 @@ Each case is a one-node ONNX model.  It is timed
   * stock: the same model in a plain onnxruntime session,
   * torch: the nearest PyTorch call, where there is one,
 at each intra-op thread count (ORT: intra_op_num_threads = t, inter_op_num_threads = 1, sequential execution;
-torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Time = median of
-N runs after warm-up, N chosen so that a measurement takes about 1 s (0.2 s with --quick).
+torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Each engine and
+thread count of a case is timed in 5 interleaved rounds (a noisy stretch of a shared machine then hits all of them);
+time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
 of numpy's max and sum (one thread) and torch's sum and amax (t threads) over a 128 MB float32 array (four times the
 last-level cache); the fastest counts.
@@ -153,9 +154,8 @@ def small_shape(shape):
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def time_fn(fn, target, min_runs, max_runs=5000):
-    """(median seconds, number of calls made) after warm-up; N adapted to take about `target` seconds."""
-    fn()
+def time_runs(fn, target, min_runs, max_runs=5000):
+    """The times of N runs after one warm-up run, N adapted to take about `target` seconds."""
     t0 = time.perf_counter()
     fn()
     first = time.perf_counter() - t0
@@ -165,7 +165,13 @@ def time_fn(fn, target, min_runs, max_runs=5000):
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), n + 2
+    return ts
+
+
+def time_fn(fn, target, min_runs, max_runs=5000):
+    """(median seconds, number of calls made)."""
+    ts = time_runs(fn, target, min_runs, max_runs)
+    return statistics.median(ts), len(ts) + 1
 
 
 def ort_session(model, library, threads):
@@ -224,47 +230,72 @@ def compare(y_lib, y_stock):
     return d / max(float(np.max(np.abs(y_stock.astype(np.float64)))), 1e-30)
 
 
-def bench_case(case, shape, threads, target, min_runs, rng):
+ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
+
+
+def bench_case(case, shape, thread_counts, target, min_runs, rng):
+    """One row per thread count. Every (engine, thread count) of the case is timed in each of ROUNDS rounds, in
+    turn; its time is the median over all its runs."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
-    nbytes = x.nbytes
-    r = {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
-         "attrs": case.attrs, "threads": threads, "bytes_read": nbytes, "torch_call": case.torch_desc or None}
-    # library
-    sess = ort_session(model, True, threads)
-    run, y_lib = bound_runner(sess, x)
-    before = onnx_pools.call_counts()[case.op]
-    t, calls = time_fn(run, target, min_runs)
-    moved = onnx_pools.call_counts()[case.op] - before
-    r.update(lib_ms=t * 1e3, lib_runs=calls - 2, lib_kernel_calls=moved, lib_kernel_ok=(moved == calls))
-    del sess, run
-    # stock ORT
-    try:
-        sess = ort_session(model, False, threads)
-        run, y_stock = bound_runner(sess, x)
-        t, calls = time_fn(run, target, min_runs)
-        r.update(stock_ms=t * 1e3, stock_runs=calls - 2, max_diff_vs_stock=compare(y_lib, y_stock))
-        del sess, run
-    except Exception as e:
-        r.update(stock_ms=None, stock_error=str(e).splitlines()[0][:200], max_diff_vs_stock=None)
-    # torch
-    r["torch_ms"] = None
-    if case.torch_fn is not None:
-        old = torch.get_num_threads()
-        torch.set_num_threads(threads)
+    rows = {t: {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
+                "attrs": case.attrs, "threads": t, "bytes_read": x.nbytes, "torch_call": case.torch_desc or None}
+            for t in thread_counts}
+    runners = []  # (engine, threads, function to time, thread setting around it)
+    sessions = []
+    outputs = {}
+    for t in thread_counts:
+        sess = ort_session(model, True, t)
+        run, outputs[("lib", t)] = bound_runner(sess, x)
+        sessions.append(sess)
+        runners.append(("lib", t, run))
         try:
+            sess = ort_session(model, False, t)
+            run, outputs[("stock", t)] = bound_runner(sess, x)
+            sessions.append(sess)
+            runners.append(("stock", t, run))
+        except Exception as e:
+            rows[t].update(stock_ms=None, stock_error=str(e).splitlines()[0][:200], max_diff_vs_stock=None)
+        if case.torch_fn is not None:
             xt = torch.from_numpy(x)
-            with torch.inference_mode():
-                t, calls = time_fn(lambda: case.torch_fn(xt), target, min_runs)
-            r.update(torch_ms=t * 1e3, torch_runs=calls - 2)
-        finally:
-            torch.set_num_threads(old)
-    for k in ("lib", "stock", "torch"):
-        ms = r.get(f"{k}_ms")
-        r[f"{k}_GBps"] = nbytes / (ms * 1e-3) / 1e9 if ms else None
-    r["speedup_vs_stock"] = r["stock_ms"] / r["lib_ms"] if r.get("stock_ms") else None
-    r["speedup_vs_torch"] = r["torch_ms"] / r["lib_ms"] if r.get("torch_ms") else None
-    return r
+
+            def run_torch(xt=xt):
+                with torch.inference_mode():
+                    return case.torch_fn(xt)
+            runners.append(("torch", t, run_torch))
+    samples = {(e, t): [] for e, t, _ in runners}
+    per_round = target / ROUNDS
+    before = onnx_pools.call_counts()[case.op]
+    lib_calls = 0
+    old_threads = torch.get_num_threads() if torch is not None else None
+    try:
+        for _ in range(ROUNDS):
+            for engine, t, fn in runners:
+                if engine == "torch":
+                    torch.set_num_threads(t)
+                ts = time_runs(fn, per_round, max(1, min_runs // ROUNDS + 1))
+                samples[(engine, t)] += ts
+                lib_calls += len(ts) + 1 if engine == "lib" else 0
+    finally:
+        if torch is not None:
+            torch.set_num_threads(old_threads)
+    moved = onnx_pools.call_counts()[case.op] - before
+    for (engine, t), ts in samples.items():
+        r = rows[t]
+        r[f"{engine}_ms"] = statistics.median(ts) * 1e3
+        r[f"{engine}_runs"] = len(ts)
+    for t, r in rows.items():
+        r.update(lib_kernel_calls=moved, lib_kernel_ok=(moved == lib_calls))
+        if ("stock", t) in outputs:
+            r["max_diff_vs_stock"] = compare(outputs[("lib", t)], outputs[("stock", t)])
+        r.setdefault("torch_ms", None)
+        for k in ("lib", "stock", "torch"):
+            ms = r.get(f"{k}_ms")
+            r[f"{k}_GBps"] = r["bytes_read"] / (ms * 1e-3) / 1e9 if ms else None
+        r["speedup_vs_stock"] = r["stock_ms"] / r["lib_ms"] if r.get("stock_ms") else None
+        r["speedup_vs_torch"] = r["torch_ms"] / r["lib_ms"] if r.get("torch_ms") else None
+    del sessions
+    return [rows[t] for t in thread_counts]
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -346,9 +377,8 @@ def main(argv=None):
     results = []
     for c in cases:
         shape = small_shape(c.shape) if args.small else c.shape
-        for t in threads:
-            print(f"  {c.name(shape)}, {t} thread(s) ...", file=sys.stderr, flush=True)
-            results.append(bench_case(c, shape, t, target, min_runs, rng))
+        print(f"  {c.name(shape)}, {','.join(map(str, threads))} thread(s) ...", file=sys.stderr, flush=True)
+        results += bench_case(c, shape, threads, target * len(threads), min_runs, rng)
     md = markdown(env, ceilings, results)
     print(md)
     if args.markdown:
