@@ -484,9 +484,9 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         result = exact();
       } else {
         // The first elements tell whether the channel is subnormal or huge; if so it is summed scaled by 2^e, with e
-        // from the first block's largest magnitude, in one pass. (A short probe: powers that underflow to
-        // subnormals cost a microcode assist each.) Only if that still leaves the total untrusted (the magnitudes
-        // vary across the channel) is e taken from the whole channel, and last the exact path.
+        // from the first block's largest magnitude, in one pass. (The probe is short, so data that needs scaling
+        // is not summed twice.) Only if that still leaves the total untrusted (the magnitudes vary across the
+        // channel) is e taken from the whole channel, and last the exact path.
         const int64_t first = min_of(int64_t{kLanes}, size);
         int e = 0;
         double total = power_total(0, 0, first);
