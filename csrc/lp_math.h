@@ -1,0 +1,154 @@
+// Lp numerics: |x|^p, roots, trust tests for fast sums, power-of-two scaling, the scaled exact form.
+// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
+// so everything here is compiled once per instruction set with that file's flags.
+#pragma once
+
+// ---- |x|^p and its inverse ------------------------------------------------------------------------------
+
+template <int P>
+struct IntegerPower {
+  template <class A>
+  A operator()(A v) const {
+    const A a = v < 0 ? -v : v;  // NaN passes through
+    A r = a;
+    for (int k = 1; k < P; ++k) r *= a;
+    return r;
+  }
+};
+
+struct RealPower {
+  double p;
+  template <class A>
+  A operator()(A v) const {
+    return static_cast<A>(std::pow(std::fabs(v), static_cast<A>(p)));
+  }
+};
+
+// Calls fn with the |x|^p functor matching lp (whole p from 1 to 4 get unrolled fast paths).
+template <class Fn>
+void with_power(const LpNorm& lp, Fn&& fn) {
+  switch (lp.integer_p) {
+    case 1: return fn(IntegerPower<1>{});
+    case 2: return fn(IntegerPower<2>{});
+    case 3: return fn(IntegerPower<3>{});
+    case 4: return fn(IntegerPower<4>{});
+    default: return fn(RealPower{lp.p});
+  }
+}
+
+inline double lp_root(double sum, const LpNorm& lp) {
+  switch (lp.integer_p) {
+    case 1: return sum;
+    case 2: return std::sqrt(sum);
+    case 3: return std::cbrt(sum);
+    default: return std::pow(sum, 1.0 / lp.p);
+  }
+}
+
+// Cube root of a float window sum, division-free so the compiler vectorises it (std::cbrt is a scalar call): a
+// bit-level guess of v^(-1/3) within ~10%, Newton steps for the inverse root in double (each squares the error;
+// five reach double rounding), then cbrt(v) = v * r^2. Meaningful for positive normal v; others are recomputed.
+inline float cube_root(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = 0x54a21d2au - bits / 3;  // exponent * (-1/3), re-biased
+  float guess;
+  std::memcpy(&guess, &bits, sizeof guess);
+  const double d = v;
+  double r = guess;
+  for (int step = 0; step < 5; ++step) r = r * (4.0 - d * r * r * r) * (1.0 / 3.0);
+  return static_cast<float>(d * r * r);
+}
+inline double cube_root(double v) { return std::cbrt(v); }
+
+// A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;
+// otherwise the window is recomputed scaled by its largest magnitude, in double.
+template <class A>
+inline bool lp_sum_trusted(double sum) {
+  constexpr double tiny = std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900;
+  return sum >= tiny && sum <= std::numeric_limits<double>::max();
+}
+// The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
+template <class A>
+inline bool window_sum_trusted(A sum) {
+  constexpr A tiny = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
+  return (sum >= tiny) & (sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
+}
+
+// 2^e as two factors of the accumulator type (one alone cannot reach a float's subnormals): v * first * second
+// is exact while the products stay normal.
+template <class A>
+struct PowerOfTwo {
+  A first, second;
+  explicit PowerOfTwo(int e) {
+    constexpr int limit = std::numeric_limits<A>::max_exponent - 1;
+    const int step = e > limit ? limit : (e < -limit ? -limit : e);
+    first = static_cast<A>(std::ldexp(1.0, step));
+    second = static_cast<A>(std::ldexp(1.0, e - step));
+  }
+};
+
+// Multiplies n values by 2^e.
+template <class A>
+void scale_by_power_of_two(A* v, int64_t n, int e) {
+  const PowerOfTwo<A> f(e);
+  for (int64_t i = 0; i < n; ++i) v[i] = v[i] * f.first * f.second;
+}
+
+// The largest |x| of n elements (NaN ignored), as the accumulator type. Kept in lanes so it compiles to vector
+// compares: a scalar compare of a subnormal takes a microcode assist on some x86 cores (about 30x slower here),
+// and this runs exactly when the data is subnormal.
+template <class T>
+AccOf<T> largest_magnitude(const T* x, int64_t n) {
+  using A = AccOf<T>;
+  A buffer[kBlock];
+  A lanes[kLanes] = {};
+  for (int64_t off = 0; off < n; off += kBlock) {
+    const int64_t count = min_of(kBlock, n - off);
+    const A* a = acc_view(x + off, buffer, count);
+    int64_t i = 0;
+    for (; i + kLanes <= count; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const A v = std::fabs(a[i + l]);
+        lanes[l] = v > lanes[l] ? v : lanes[l];  // NaN compares false: ignored
+      }
+    }
+    for (int l = 0; i + l < count; ++l) {
+      const A v = std::fabs(a[i + l]);
+      lanes[l] = v > lanes[l] ? v : lanes[l];
+    }
+  }
+  for (int width = kLanes / 2; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] = lanes[l + width] > lanes[l] ? lanes[l + width] : lanes[l];
+  }
+  return lanes[0];
+}
+
+// The exponent e that brings m to [1, 2) as m * 2^e, or 0 when m is 0, inf or NaN.
+template <class A>
+int normalising_exponent(A m) {
+  return (m > 0 && std::isfinite(m)) ? -std::ilogb(m) : 0;
+}
+
+// max|x| * (sum (|x|/max|x|)^p)^(1/p) over the elements visit() produces: safe from overflow and underflow.
+template <class Visit>
+double lp_scaled(Visit&& visit, const LpNorm& lp) {
+  double largest = 0;
+  bool nan = false;
+  visit([&](double v) {
+    const double a = std::fabs(v);
+    if (a != a) nan = true;
+    else if (a > largest) largest = a;
+  });
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (largest == 0 || std::isinf(largest)) return largest;
+  double sum = 0;
+  with_power(lp, [&](auto power) { visit([&](double v) { sum += power(v / largest); }); });
+  return largest * lp_root(sum, lp);
+}
+
+// A small fractional p (possible with version 1's FLOAT p) magnifies the rounding of each |x|^p by 1/p in the
+// root, so every window takes the scaled double path: exact for one-element windows whatever p, and within
+// double rounding times 1/p otherwise.
+inline bool needs_scaled_lp(const LpNorm& lp) { return lp.integer_p == 0 && lp.p < 0.25; }
+
