@@ -5,18 +5,23 @@
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
-// Partial sums folded pairwise (cheap, and as accurate as a sequential fold), then widened to double.
+// Partial sums folded pairwise in a fixed order (cheap, and as accurate as a sequential fold), then widened.
 template <class A>
 double fold_lanes(A* lanes) {
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
+  for (int width = kLanes<A> / 2; width >= 1; width /= 2) {
     for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   }
   return static_cast<double>(lanes[0]);
 }
 
+// sum of map(a[i]): map takes a native vector or a scalar (IntegerPower, scaling lambdas with auto arguments).
+// Logical lane l adds a[i + l] for i in steps of kLanes<A>, whatever the vector width (see kLanes).
 template <class A, class Map>
 double mapped_sum_block(const A* a, int64_t n, Map map) {
-  if (n < 2 * kLanes) {  // short channels: a lane array would cost more to fold than to fill
+  using S = Simd<A>;
+  constexpr int L = kLanes<A>;
+  constexpr int K = L / S::kLength;  // vectors of partial sums
+  if (n < 2 * L) {  // short channels: a lane array would cost more to fold than to fill
     A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -33,18 +38,20 @@ double mapped_sum_block(const A* a, int64_t n, Map map) {
     for (; i < n; ++i) tail += map(a[i]);
     return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
   }
-  A lanes[kLanes] = {};
+  typename S::Value acc[K] = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lanes[l] += map(a[i + l]);
+  for (; i + L <= n; i += L) {
+    for (int k = 0; k < K; ++k) acc[k] += map(S::load(a + i + k * S::kLength));
   }
+  A lanes[L];
+  for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[k]);
   for (int l = 0; i + l < n; ++l) lanes[l] += map(a[i + l]);  // the tail, spread over the lanes
   return fold_lanes(lanes);
 }
 
 struct Identity {
-  template <class A>
-  A operator()(A v) const { return v; }
+  template <class V>
+  V operator()(V v) const { return v; }
 };
 
 template <class A>
@@ -57,127 +64,46 @@ double power_sum_block(const A* a, int64_t n, Power power) { return mapped_sum_b
 template <class A>
 inline A max_step(A m, A v) { return (v > m || v != v) ? v : m; }
 
-// 64-byte vectors of the accumulator type (GCC vector extensions: one zmm register with AVX-512, split into
-// narrower registers by the other builds). Used where the compiler will not vectorise a NaN-aware max by itself.
-template <class A>
-struct Vector64;
-template <>
-struct Vector64<float> {
-  typedef float Value __attribute__((vector_size(64)));
-  typedef int32_t Mask __attribute__((vector_size(64)));
-  static constexpr int kLength = 16;
-};
-template <>
-struct Vector64<double> {
-  typedef double Value __attribute__((vector_size(64)));
-  typedef int64_t Mask __attribute__((vector_size(64)));
-  static constexpr int kLength = 8;
-};
-
-// Short channels (one to a few vectors, e.g. 7x7): per channel, the fixed cost of folding lanes decides, and only
-// intrinsics give a cheap fold. The last load overlaps the previous one instead of a scalar tail (max is
-// idempotent). Returns false when this build has no such path for A or n is outside its range.
-// (GCC 12's own _mm512_reduce_max_* trips -Wmaybe-uninitialized inside its header.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-template <class A>
-inline bool max_short(const A* a, int64_t n, A& result) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<A, float>) {
-    if (n < 16 || n > 128) return false;
-    __m512 m = _mm512_loadu_ps(a);
-    __mmask16 nan = _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
-    for (int64_t i = 16; i < n; i += 16) {
-      const __m512 v = _mm512_loadu_ps(a + (i + 16 <= n ? i : n - 16));
-      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      m = _mm512_max_ps(m, v);
-    }
-    if (nan) return false;
-    result = _mm512_reduce_max_ps(m);
-    return true;
-  } else {
-    if (n < 8 || n > 64) return false;
-    __m512d m = _mm512_loadu_pd(a);
-    __mmask8 nan = _mm512_cmp_pd_mask(m, m, _CMP_UNORD_Q);
-    for (int64_t i = 8; i < n; i += 8) {
-      const __m512d v = _mm512_loadu_pd(a + (i + 8 <= n ? i : n - 8));
-      nan |= _mm512_cmp_pd_mask(v, v, _CMP_UNORD_Q);
-      m = _mm512_max_pd(m, v);
-    }
-    if (nan) return false;
-    result = _mm512_reduce_max_pd(m);
-    return true;
-  }
-#elif defined(__AVX2__)
-  if constexpr (std::is_same_v<A, float>) {
-    if (n < 8 || n > 64) return false;
-    __m256 m = _mm256_loadu_ps(a);
-    __m256 nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
-    for (int64_t i = 8; i < n; i += 8) {
-      const __m256 v = _mm256_loadu_ps(a + (i + 8 <= n ? i : n - 8));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-      m = _mm256_max_ps(m, v);
-    }
-    if (_mm256_movemask_ps(nan)) return false;
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-    result = _mm_cvtss_f32(h);
-    return true;
-  } else {
-    (void)a;
-    (void)n;
-    (void)result;
-    return false;
-  }
-#else
-  (void)a;
-  (void)n;
-  (void)result;
-  return false;
-#endif
-}
-#pragma GCC diagnostic pop
-
-// max(running, a[0..n)), NaN if any is NaN. Four vectors of running maxima plus a "saw NaN" mask: a plain compare
-// and select per element, where a sticky-NaN select would chain three.
+// max(running, a[0..n)), NaN if any is NaN. Four native vectors of running maxima plus a "saw NaN" mask: a plain
+// compare and select per element, where a sticky-NaN select would chain three. Channels of one to a few vectors
+// (e.g. 7x7) load their last vector overlapping the previous one instead of a scalar tail (max is idempotent).
 template <class A>
 A max_block(const A* a, int64_t n, A running) {
-  using V = typename Vector64<A>::Value;
-  using M = typename Vector64<A>::Mask;
-  constexpr int N = Vector64<A>::kLength;
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  constexpr int N = S::kLength;
   if (running != running) return running;
-  A short_max;
-  if (max_short(a, n, short_max)) return running < short_max ? short_max : running;  // no NaN in either
+  if (n < N) {
+    for (int64_t i = 0; i < n; ++i) running = max_step(running, a[i]);
+    return running;
+  }
+  const V start = S::splat(running);
+  V m[4] = {start, start, start, start};
+  M nan = {};
   int64_t i = 0;
-  if (n >= N) {
-    const V start = V{} + running;
-    V m[4] = {start, start, start, start};
-    M nan = {};
-    for (; i + 4 * N <= n; i += 4 * N) {
-      for (int k = 0; k < 4; ++k) {
-        V v;
-        std::memcpy(&v, a + i + k * N, sizeof v);
-        m[k] = v > m[k] ? v : m[k];
-        nan |= v != v;
-      }
-    }
-    for (; i + N <= n; i += N) {
-      V v;
-      std::memcpy(&v, a + i, sizeof v);
-      m[0] = v > m[0] ? v : m[0];
+  for (; i + 4 * N <= n; i += 4 * N) {
+    for (int k = 0; k < 4; ++k) {
+      const V v = S::load(a + i + k * N);
+      m[k] = v > m[k] ? v : m[k];
       nan |= v != v;
     }
-    bool any_nan = false;
-    for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
-    if (any_nan) {  // rare: the first NaN, as the sequential definition gives
-      for (int64_t j = 0; j < i; ++j)
-        if (a[j] != a[j]) return a[j];
-    }
-    for (int k = 1; k < 4; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
-    for (int l = 0; l < N; ++l) running = running < m[0][l] ? m[0][l] : running;  // no NaN left: a plain max
   }
-  for (; i < n; ++i) running = max_step(running, a[i]);
+  for (; i < n; i += N) {  // the rest, the last vector overlapping
+    const V v = S::load(a + (i + N <= n ? i : n - N));
+    m[0] = v > m[0] ? v : m[0];
+    nan |= v != v;
+  }
+  bool any_nan = false;
+  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
+  if (any_nan) {  // rare: the first NaN, as the sequential definition gives
+    for (int64_t j = 0; j < n; ++j)
+      if (a[j] != a[j]) return a[j];
+  }
+  m[0] = m[1] > m[0] ? m[1] : m[0];
+  m[2] = m[3] > m[2] ? m[3] : m[2];
+  m[0] = m[2] > m[0] ? m[2] : m[0];
+  for (int l = 0; l < N; ++l) running = running < m[0][l] ? m[0][l] : running;  // no NaN left: a plain max
   return running;
 }
 
@@ -221,8 +147,8 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
             const int64_t n = min_of(kBlock, end - off);
             const A* a = acc_view(xc + off, buffer, n);
             if (e == 0) total += power_sum_block(a, n, power);
-            else if (f.second == 1) total += mapped_sum_block(a, n, [&](A v) { return power(v * f.first); });
-            else total += mapped_sum_block(a, n, [&](A v) { return power(v * f.first * f.second); });
+            else if (f.second == 1) total += mapped_sum_block(a, n, [&](auto v) { return power(v * f.first); });
+            else total += mapped_sum_block(a, n, [&](auto v) { return power(v * f.first * f.second); });
           }
         });
         return total;
@@ -234,7 +160,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         // from the first block's largest magnitude, in one pass. (The probe is short, so data that needs scaling
         // is not summed twice.) Only if that still leaves the total untrusted (the magnitudes vary across the
         // channel) is e taken from the whole channel, and last the exact path.
-        const int64_t first = min_of(int64_t{kLanes}, size);
+        const int64_t first = min_of(int64_t{kLanes<A>}, size);
         int e = 0;
         double total = power_total(0, 0, first);
         if (lp_sum_trusted<A>(total)) {

@@ -7,7 +7,7 @@
 
 template <int P>
 struct IntegerPower {
-  template <class A>
+  template <class A>  // a scalar or a native vector
   A operator()(A v) const {
     const A a = v < 0 ? -v : v;  // NaN passes through
     A r = a;
@@ -20,7 +20,12 @@ struct RealPower {
   double p;
   template <class A>
   A operator()(A v) const {
-    return static_cast<A>(std::pow(std::fabs(v), static_cast<A>(p)));
+    if constexpr (std::is_floating_point_v<A>) {
+      return static_cast<A>(std::pow(std::fabs(v), static_cast<A>(p)));
+    } else {  // a native vector: std::pow has no vector form here, one lane at a time
+      for (int l = 0; l < static_cast<int>(sizeof(A) / sizeof(v[0])); ++l) v[l] = (*this)(v[l]);
+      return v;
+    }
   }
 };
 
@@ -102,13 +107,13 @@ template <class T>
 AccOf<T> largest_magnitude(const T* x, int64_t n) {
   using A = AccOf<T>;
   A buffer[kBlock];
-  A lanes[kLanes] = {};
+  A lanes[kLanes<A>] = {};
   for (int64_t off = 0; off < n; off += kBlock) {
     const int64_t count = min_of(kBlock, n - off);
     const A* a = acc_view(x + off, buffer, count);
     int64_t i = 0;
-    for (; i + kLanes <= count; i += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
+    for (; i + kLanes<A> <= count; i += kLanes<A>) {
+      for (int l = 0; l < kLanes<A>; ++l) {
         const A v = std::fabs(a[i + l]);
         lanes[l] = v > lanes[l] ? v : lanes[l];  // NaN compares false: ignored
       }
@@ -118,7 +123,7 @@ AccOf<T> largest_magnitude(const T* x, int64_t n) {
       lanes[l] = v > lanes[l] ? v : lanes[l];
     }
   }
-  for (int width = kLanes / 2; width >= 1; width /= 2) {
+  for (int width = kLanes<A> / 2; width >= 1; width /= 2) {
     for (int l = 0; l < width; ++l) lanes[l] = lanes[l + width] > lanes[l] ? lanes[l + width] : lanes[l];
   }
   return lanes[0];

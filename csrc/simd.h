@@ -4,7 +4,40 @@
 #pragma once
 
 constexpr int64_t kBlock = 1024;  // elements converted to the accumulator type at a time
-constexpr int kLanes = 64;        // independent partial results, so the compiler can fill vector registers
+
+// The widest vector of this build's instruction set: 64 bytes with AVX-512, 32 with AVX2, 16 otherwise (SSE2 is
+// baseline on x86-64, NEON on aarch64). Never wider: GCC splits vector types wider than the hardware's into
+// scalars for some operations (a NaN-aware max became vucomiss/cmov on AVX2).
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
+// Native vectors of A (float, double, or an integer type), loaded and stored unaligned.
+template <class A>
+struct Simd {
+  static constexpr int kLength = kVectorBytes / static_cast<int>(sizeof(A));
+  typedef A Value __attribute__((vector_size(kVectorBytes)));
+  using MaskElement = std::conditional_t<sizeof(A) == 8, int64_t, std::conditional_t<sizeof(A) == 4, int32_t,
+                                         std::conditional_t<sizeof(A) == 2, int16_t, int8_t>>>;
+  typedef MaskElement Mask __attribute__((vector_size(kVectorBytes)));  // all-ones where a comparison holds
+  static Value load(const A* p) {
+    Value v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(A* p, Value v) { std::memcpy(p, &v, sizeof v); }
+  static Value splat(A a) { return Value{} + a; }
+};
+
+// Independent partial sums of a reduction: 128 bytes of them whatever the vector width (2 AVX-512, 4 AVX2 or 8
+// SSE/NEON registers), folded in one fixed order, so every instruction set adds the same numbers in the same
+// order and rounds identically.
+template <class A>
+constexpr int kLanes = 128 / static_cast<int>(sizeof(A));
 
 template <class V>
 inline V min_of(V a, V b) { return b < a ? b : a; }
@@ -18,6 +51,36 @@ inline void fill(V* p, int64_t n, V v) {
 typedef uint32_t __attribute__((may_alias)) aliased_u32;
 
 // ---- element <-> accumulator conversion of blocks -------------------------------------------------------
+
+// float16 <-> float without F16C (portable x86-64, aarch64): the same results as to_float / to_float16 in
+// dtypes.h, written branch-free per element so that the loops vectorise.
+inline void halves_to_floats(const uint16_t* src, aliased_u32* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t h = src[i];
+    const int32_t magnitude = h & 0x7fff;  // signed compares below: SSE2 has no unsigned ones
+    const int32_t normal = (magnitude << 13) + (112 << 23);  // exponent re-biased from 15 to 127
+    const int32_t special = (magnitude << 13) | 0x7f800000;  // inf / NaN
+    const int32_t subnormal = static_cast<int32_t>(float_to_bits(static_cast<float>(magnitude) * 0x1p-24f));
+    const int32_t bits = magnitude < 0x400 ? subnormal : (magnitude >= 0x7c00 ? special : normal);
+    dst[i] = static_cast<uint32_t>((h & 0x8000) << 16) | static_cast<uint32_t>(bits);
+  }
+}
+
+inline void floats_to_halves(const aliased_u32* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = src[i] & 0x7fffffffu;
+    const uint32_t sign = (src[i] >> 16) & 0x8000u;
+    const uint32_t nan = 0x7e00u | ((u >> 13) & 0x3ffu);
+    // below the smallest normal half: a multiple of 2^-24, rounded to nearest even by the 2^23 trick
+    const float scaled = bits_to_float(u) * 16777216.0f;
+    const uint32_t subnormal = static_cast<uint32_t>(static_cast<int32_t>((scaled + 8388608.0f) - 8388608.0f));
+    const uint32_t normal = (u + 0xfffu + ((u >> 13) & 1u) - (112u << 23)) >> 13;
+    const uint32_t bits = u > 0x7f800000u ? nan
+                          : u >= 0x477ff000u ? 0x7c00u  // >= 65520 rounds to inf
+                          : u < 0x38800000u ? subnormal : normal;
+    dst[i] = static_cast<uint16_t>(sign | bits);
+  }
+}
 
 template <class T>
 void load_block(const T* src, AccOf<T>* dst, int64_t n) {
@@ -39,7 +102,7 @@ void load_block<Float16>(const Float16* src, float* dst, int64_t n) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   }
 #endif
-  for (; i < n; ++i) dst[i] = to_float(src[i]);
+  halves_to_floats(reinterpret_cast<const uint16_t*>(src + i), reinterpret_cast<aliased_u32*>(dst + i), n - i);
 }
 #pragma GCC diagnostic pop
 
@@ -64,7 +127,7 @@ void store_block<Float16>(const float* src, Float16* dst, int64_t n) {
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   }
 #endif
-  for (; i < n; ++i) dst[i] = to_float16(src[i]);
+  floats_to_halves(reinterpret_cast<const aliased_u32*>(src + i), reinterpret_cast<uint16_t*>(dst + i), n - i);
 }
 
 template <>
