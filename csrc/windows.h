@@ -154,3 +154,180 @@ void visit_window(const PoolGeometry& g, int64_t out_index, int64_t* index, F&& 
   }
 }
 
+
+// ---- streaming window sums of 1-D and 2-D planes (bounded scratch) ------------------------------------------
+
+// A 1-D or 2-D plane as rows x columns (a 1-D plane is one row).
+struct RowsAndColumns {
+  AxisGeometry rows, cols;
+};
+inline RowsAndColumns rows_and_columns(const PoolGeometry& g) {
+  RowsAndColumns p;
+  if (g.axes.size() == 1) {
+    p.cols = g.axes[0];
+    p.rows.in = p.rows.out = 1;  // kernel 1, stride 1, no pads: the one row
+  } else {
+    p.rows = g.axes[0];
+    p.cols = g.axes[1];
+  }
+  return p;
+}
+
+// Output columns whose window sums are built at a time: scratch stays bounded however long a row is (a 1-D plane
+// of 2^31 elements), while rows of ordinary images (up to a few hundred columns) are one strip.
+constexpr int64_t kStripColumns = 4096;
+
+// Rows one output row's windows span: the reduced rows kept in the ring.
+inline int64_t ring_rows(const AxisGeometry& rows) {
+  return min_of((rows.kernel - 1) * rows.dilation + 1, rows.in);
+}
+// Input columns one strip's windows can reach.
+inline int64_t strip_input_columns(const AxisGeometry& cols) {
+  const int64_t strip = min_of(cols.out, kStripColumns);
+  return min_of((strip - 1) * cols.stride + (cols.kernel - 1) * cols.dilation + 1, cols.in);
+}
+// Scratch values stream_window_sums needs with `channels` interleaved channels (plus stream_tags() int64 values).
+inline int64_t stream_tags(const RowsAndColumns& p) { return 2 * ring_rows(p.rows); }
+inline int64_t stream_scratch(const RowsAndColumns& p, int64_t channels) {
+  const int64_t strip = min_of(p.cols.out, kStripColumns);
+  return channels * (strip_input_columns(p.cols) + (ring_rows(p.rows) + 1) * strip);
+}
+
+// dst[j - begin][c] = sum over the in-bounds k of src[j*stride - pad + k*dilation - src_first][c], for output
+// columns j in [begin, begin + count); src holds input columns from src_first on. Terms are added in k order
+// (0 + s0 + s1 + ...), the same on every path: windows wholly inside the row take fused loops for kernels of up to
+// three columns, the edge windows one at a time.
+template <class S>
+void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeometry& g, int64_t begin, int64_t count,
+                        int64_t channels) {
+  const int64_t end = begin + count;
+  auto one_window = [&](int64_t j) {
+    int64_t k_lo, k_hi;
+    g.valid_range(j, k_lo, k_hi);
+    S* d = dst + (j - begin) * channels;
+    for (int64_t c = 0; c < channels; ++c) d[c] = S(0);
+    for (int64_t k = k_lo; k < k_hi; ++k) {
+      const S* s = src + (j * g.stride - g.pad_begin + k * g.dilation - src_first) * channels;
+      for (int64_t c = 0; c < channels; ++c) d[c] += s[c];
+    }
+  };
+  if (g.kernel > g.in) {  // longer than the axis: per window, only the k that land inside (bounded by the input)
+    for (int64_t j = begin; j < end; ++j) one_window(j);
+    return;
+  }
+  // windows wholly inside the row: [inner_lo, inner_hi)
+  const int64_t reach = (g.kernel - 1) * g.dilation;
+  const int64_t inner_lo = min_of(end, max_of(begin, (g.pad_begin + g.stride - 1) / g.stride));
+  const int64_t inner_hi = max_of(inner_lo, min_of(end, g.in - 1 - reach + g.pad_begin >= 0
+                                                            ? (g.in - 1 - reach + g.pad_begin) / g.stride + 1 : 0));
+  for (int64_t j = begin; j < inner_lo; ++j) one_window(j);
+  for (int64_t j = inner_hi; j < end; ++j) one_window(j);
+  const int64_t n = inner_hi - inner_lo;
+  if (n <= 0) return;
+  S* d = dst + (inner_lo - begin) * channels;
+  const S* s = src + (inner_lo * g.stride - g.pad_begin - src_first) * channels;
+  const int64_t step = g.stride * channels, dil = g.dilation * channels;
+  if (channels == 1 && g.stride == 1) {
+    switch (g.kernel) {
+      case 1: for (int64_t j = 0; j < n; ++j) d[j] = s[j]; return;
+      case 2: for (int64_t j = 0; j < n; ++j) d[j] = s[j] + s[j + dil]; return;
+      case 3: for (int64_t j = 0; j < n; ++j) d[j] = (s[j] + s[j + dil]) + s[j + 2 * dil]; return;
+      default: break;
+    }
+  } else if (channels == 1 && g.stride == 2) {
+    switch (g.kernel) {
+      case 1: for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j]; return;
+      case 2: for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j] + s[2 * j + dil]; return;
+      case 3: for (int64_t j = 0; j < n; ++j) d[j] = (s[2 * j] + s[2 * j + dil]) + s[2 * j + 2 * dil]; return;
+      default: break;
+    }
+  } else if (channels > 1 && g.kernel <= 3) {
+    for (int64_t j = 0; j < n; ++j) {
+      S* dj = d + j * channels;
+      const S* sj = s + j * step;
+      if (g.kernel == 1) {
+        for (int64_t c = 0; c < channels; ++c) dj[c] = sj[c];
+      } else if (g.kernel == 2) {
+        for (int64_t c = 0; c < channels; ++c) dj[c] = sj[c] + sj[c + dil];
+      } else {
+        for (int64_t c = 0; c < channels; ++c) dj[c] = (sj[c] + sj[c + dil]) + sj[c + 2 * dil];
+      }
+    }
+    return;
+  }
+  fill(d, n * channels, S(0));
+  for (int64_t k = 0; k < g.kernel; ++k) {
+    const S* sk = s + k * dil;
+    if (channels == 1) {
+      for (int64_t j = 0; j < n; ++j) d[j] += sk[j * g.stride];
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < channels; ++c) d[j * channels + c] += sk[j * step + c];
+      }
+    }
+  }
+}
+
+// dst[i] = ((rows[0][i] + rows[1][i]) + ...) over n values: the vertical sum of a window's reduced rows.
+template <class S>
+void add_rows(S* const* rows, int64_t count, S* dst, int64_t n) {
+  switch (count) {
+    case 1: std::memcpy(dst, rows[0], sizeof(S) * static_cast<size_t>(n)); return;
+    case 2: for (int64_t i = 0; i < n; ++i) dst[i] = rows[0][i] + rows[1][i]; return;
+    case 3: for (int64_t i = 0; i < n; ++i) dst[i] = (rows[0][i] + rows[1][i]) + rows[2][i]; return;
+    default:
+      for (int64_t i = 0; i < n; ++i) dst[i] = (rows[0][i] + rows[1][i]) + rows[2][i];
+      for (int64_t r = 3; r < count; ++r) {
+        for (int64_t i = 0; i < n; ++i) dst[i] += rows[r][i];
+      }
+  }
+}
+
+// Window sums of one 1-D or 2-D plane, an output row (or strip of one) at a time: each input row the windows
+// touch is loaded once (load(row, first_column, columns, dst) writes the summed quantity of those input columns,
+// `channels` interleaved), reduced along the columns into a ring of ring_rows() rows, and each output row is the
+// sum of its rows of the ring, in window order; finish(out_row, first_out_column, columns, sums) consumes it and
+// returns false to stop early. Scratch: stream_scratch() values. Sums are taken in the same order on every ISA.
+template <class S, class Load, class Finish>
+bool stream_window_sums(const RowsAndColumns& p, int64_t channels, S* scratch, int64_t* ring_tags, Load&& load,
+                        Finish&& finish) {
+  const AxisGeometry& rows = p.rows;
+  const AxisGeometry& cols = p.cols;
+  const int64_t ring = ring_rows(rows);
+  const int64_t strip_max = min_of(cols.out, kStripColumns);
+  S* input_row = scratch;
+  S* reduced = input_row + strip_input_columns(cols) * channels;  // ring of reduced rows
+  S* out_row = reduced + ring * strip_max * channels;
+  S** window_rows = reinterpret_cast<S**>(ring_tags + ring);  // this output row's reduced rows, in window order
+  for (int64_t begin = 0; begin < cols.out; begin += strip_max) {
+    const int64_t count = min_of(strip_max, cols.out - begin);
+    // the input columns this strip's windows reach, clipped to the input
+    const int64_t first = max_of<int64_t>(0, begin * cols.stride - cols.pad_begin);
+    const int64_t last = min_of(cols.in, (begin + count - 1) * cols.stride - cols.pad_begin +
+                                             (cols.kernel - 1) * cols.dilation + 1);
+    const int64_t width = max_of<int64_t>(0, last - first);
+    for (int64_t r = 0; r < ring; ++r) ring_tags[r] = -1;
+    for (int64_t oh = 0; oh < rows.out; ++oh) {
+      int64_t k_lo, k_hi;
+      rows.valid_range(oh, k_lo, k_hi);
+      if (k_lo >= k_hi || width == 0) {
+        fill(out_row, count * channels, S(0));
+      } else {
+        for (int64_t k = k_lo; k < k_hi; ++k) {
+          const int64_t row = oh * rows.stride - rows.pad_begin + k * rows.dilation;
+          const int64_t slot = row % ring;
+          S* reduced_row = reduced + slot * strip_max * channels;
+          if (ring_tags[slot] != row) {
+            load(row, first, width, input_row);
+            column_window_sums(static_cast<const S*>(input_row), first, reduced_row, cols, begin, count, channels);
+            ring_tags[slot] = row;
+          }
+          window_rows[k - k_lo] = reduced_row;
+        }
+        add_rows(window_rows, k_hi - k_lo, out_row, count * channels);
+      }
+      if (!finish(oh, begin, count, static_cast<const S*>(out_row))) return false;
+    }
+  }
+  return true;
+}
