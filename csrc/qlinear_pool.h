@@ -54,6 +54,151 @@ inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
   return valid;
 }
 
+// ORT's float value (as ort_float_value) of one window of a 1-D or 2-D plane, without the generic window walk:
+// the tie path runs for a few percent of all outputs when scales are equal (edge windows of 4 or 6 elements land
+// exactly on .5), so it must cost about as much as the window itself.
+template <class Q>
+double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
+                          const QLinearParams& q, int64_t kernel_size) {
+  int64_t r_lo, r_hi, k_lo, k_hi;
+  p.rows.valid_range(oh, r_lo, r_hi);
+  p.cols.valid_range(ow, k_lo, k_hi);
+  float sum = 0;
+  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = ow * p.cols.stride - p.cols.pad_begin;
+  for (int64_t r = r_lo; r < r_hi; ++r) {
+    const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels + c;
+    for (int64_t k = k_lo; k < k_hi; ++k) {
+      sum += q.x_scale * static_cast<float>(static_cast<int32_t>(xr[k * p.cols.dilation * channels]) - q.x_zero_point);
+    }
+  }
+  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
+  const int64_t count = q.count_include_pad ? kernel_size : valid;
+  sum /= static_cast<float>(count);
+  return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
+}
+
+// The requantisation, written once: y = round((sum - zero_sum) * scale + y_zero_point), clamped, where per output
+// position zero_sum = x_zero_point * (elements in the window) and scale = x_scale / (y_scale * count). Values
+// within rounding noise of a tie are left for the caller (the count of them is returned, their positions marked
+// in `tie` when given).
+template <class Q, class I>
+struct Requantiser {
+  double y_zero, ratio;
+  int32_t x_zero_point;
+  int64_t kernel_size;
+  bool count_include_pad;
+
+  Requantiser(const QLinearParams& q, int64_t kernel) :
+      y_zero(static_cast<double>(q.y_zero_point)),
+      ratio(static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale)), x_zero_point(q.x_zero_point),
+      kernel_size(kernel), count_include_pad(q.count_include_pad) {}
+
+  // zero_sum and scale of a window holding `valid` input elements
+  void pattern(int64_t valid, I& zero_sum, double& scale) const {
+    const int64_t count = count_include_pad ? kernel_size : valid;
+    zero_sum = static_cast<I>(x_zero_point * valid);
+    scale = count == 0 ? 0.0 : ratio / static_cast<double>(count);
+  }
+
+  // n positions of `channels` interleaved values each; marks in `tie` (one byte per value) the values within
+  // rounding noise of a tie, whose outputs the caller then recomputes, and returns how many there are.
+  int64_t run(const I* sums, const I* zero_sum, const double* scale, int64_t n, int64_t channels, Q* y,
+              uint8_t* tie) const {
+    int64_t ties = 0;
+    if (channels == 1) {
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = clamp_to<Q>(static_cast<double>(sums[i] - zero_sum[i]) * scale[i] + y_zero);
+        const bool t = near_tie(v);
+        tie[i] = t;
+        ties += t;
+        y[i] = to_quantized<Q>(v);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const I zs = zero_sum[i];
+        const double sc = scale[i];
+        const I* si = sums + i * channels;
+        Q* yi = y + i * channels;
+        uint8_t* ti = tie + i * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          const double v = clamp_to<Q>(static_cast<double>(si[c] - zs) * sc + y_zero);
+          const bool t = near_tie(v);
+          ti[c] = t;
+          ties += t;
+          yi[c] = to_quantized<Q>(v);
+        }
+      }
+    }
+    return ties;
+  }
+};
+
+// Calls f(i) for each i < n with mark[i] != 0, skipping unmarked stretches eight bytes at a time.
+template <class F>
+void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, mark + i, sizeof word);
+    if (word == 0) continue;
+    for (int64_t k = 0; k < 8; ++k) {
+      if (mark[i + k]) f(i + k);
+    }
+  }
+  for (; i < n; ++i) {
+    if (mark[i]) f(i);
+  }
+}
+
+// 1-D and 2-D pools (NCHW planes, channels == 1, or NHWC images): window sums streamed an output row at a time
+// (scratch: a ring of kernel rows of one strip, not a plane), requantised row by row. The zero sums and scales of
+// a row are rebuilt only when the row's in-bounds count changes (the edge rows).
+template <class Q, class I>
+void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
+  const RowsAndColumns rc = rows_and_columns(g);
+  const Requantiser<Q, I> requantiser(q, g.kernel_size);
+  const int64_t strip = min_of(rc.cols.out, kStripColumns);
+  const int64_t sums_scratch = stream_scratch(rc, channels);
+  ScratchBuffer memory(sizeof(int64_t) * static_cast<size_t>(stream_tags(rc)) +
+                       sizeof(double) * static_cast<size_t>(strip) +
+                       sizeof(I) * static_cast<size_t>(sums_scratch + strip) + static_cast<size_t>(strip * channels));
+  int64_t* tags = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
+  double* scale = reinterpret_cast<double*>(tags + stream_tags(rc));
+  I* sums_memory = reinterpret_cast<I*>(scale + strip);
+  I* zero_sum = sums_memory + sums_scratch;
+  uint8_t* tie = reinterpret_cast<uint8_t*>(zero_sum + strip);
+  const int64_t row_length = rc.cols.in * channels;
+  for (int64_t u = 0; u < units; ++u) {
+    const Q* xu = x + u * g.in_size * channels;
+    Q* yu = y + u * g.out_size * channels;
+    int64_t pattern_rows = -1, pattern_begin = -1;  // the row count and strip the pattern was built for
+    auto load = [&](int64_t row, int64_t first, int64_t n, I* dst) {
+      const Q* src = xu + row * row_length + first * channels;
+      for (int64_t i = 0; i < n * channels; ++i) dst[i] = static_cast<I>(src[i]);
+    };
+    auto finish = [&](int64_t oh, int64_t begin, int64_t n, const I* sums) {
+      const int64_t rows_valid = rc.rows.valid_count(oh);
+      if (rows_valid != pattern_rows || begin != pattern_begin) {
+        for (int64_t j = 0; j < n; ++j) {
+          requantiser.pattern(rows_valid * rc.cols.valid_count(begin + j), zero_sum[j], scale[j]);
+        }
+        pattern_rows = rows_valid;
+        pattern_begin = begin;
+      }
+      Q* out = yu + (oh * rc.cols.out + begin) * channels;
+      if (requantiser.run(sums, zero_sum, scale, n, channels, out, tie) > 0) {
+        for_each_marked(tie, n * channels, [&](int64_t e) {
+          const double value = ort_float_value_2d(xu, rc, channels, e % channels, oh, begin + e / channels, q,
+                                                  g.kernel_size);
+          out[e] = to_quantized<Q>(clamp_to<Q>(value));
+        });
+      }
+      return true;
+    };
+    stream_window_sums(rc, channels, sums_memory, tags, load, finish);
+  }
+}
+
 // I: integer type of the window sums; requantisation is in double.
 template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
@@ -79,7 +224,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   const int64_t block_positions = block_rows * out_last;
   ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
                        (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
-                       sizeof(int64_t) * (kVisitScratch * rank + static_cast<size_t>(rows)));
+                       sizeof(int64_t) * (kVisitScratch * rank + static_cast<size_t>(rows)) +
+                       static_cast<size_t>(block_rows * row_size));
   // 8-byte values first (scales, then indices), then the integer arrays, so every array is aligned for its type.
   double* scales = memory.as<double>();
   int64_t* index = reinterpret_cast<int64_t*>(scales + block_positions + out_last);
@@ -101,15 +247,11 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   bulk.scale = scales;
   edge.scale = bulk.scale + block_positions;
   for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
-  const double y_zero = static_cast<double>(q.y_zero_point);
-  const double ratio = static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale);
+  uint8_t* tie = reinterpret_cast<uint8_t*>(edge.zero_sum + out_last);  // near-tie marks of a block
+  const Requantiser<Q, I> requantiser(q, g.kernel_size);
+  const RowsAndColumns rc = rank <= 2 ? rows_and_columns(g) : RowsAndColumns{};
   auto fill_row = [&](I* zero_sum, double* scale, int64_t lead_valid) {
-    for (int64_t j = 0; j < out_last; ++j) {
-      const int64_t valid = lead_valid * last.valid_count(j);
-      const int64_t count = q.count_include_pad ? g.kernel_size : valid;
-      zero_sum[j] = static_cast<I>(q.x_zero_point * valid);
-      scale[j] = count == 0 ? 0.0 : ratio / static_cast<double>(count);
-    }
+    for (int64_t j = 0; j < out_last; ++j) requantiser.pattern(lead_valid * last.valid_count(j), zero_sum[j], scale[j]);
   };
   if (direct) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
     for (int64_t r = 0; r < rows; ++r) fill_row(bulk.zero_sum + r * out_last, bulk.scale + r * out_last, row_lead_valid[r]);
@@ -153,40 +295,16 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       const int64_t positions = n_rows * out_last;
       const I* s = sums + row * row_size;
       Q* yb = yu + row * row_size;
-      // y = round((sum - zero_sum) * x_scale / (count * y_scale) + y_zero_point), counting near-ties on the way.
-      int64_t ties = 0;
-      if (channels == 1) {
-        for (int64_t i = 0; i < positions; ++i) {
-          const double v = clamp_to<Q>(static_cast<double>(s[i] - zero_sum[i]) * scale[i] + y_zero);
-          ties += near_tie(v);
-          yb[i] = to_quantized<Q>(v);
-        }
-      } else {
-        for (int64_t i = 0; i < positions; ++i) {
-          const I zs = zero_sum[i];
-          const double sc = scale[i];
-          const I* si = s + i * channels;
-          Q* yi = yb + i * channels;
-          for (int64_t c = 0; c < channels; ++c) {
-            const double v = clamp_to<Q>(static_cast<double>(si[c] - zs) * sc + y_zero);
-            ties += near_tie(v);
-            yi[c] = to_quantized<Q>(v);
-          }
-        }
-      }
-      if (ties > 0) {
-        for (int64_t e = 0; e < positions * channels; ++e) {
-          const int64_t i = e / channels;
-          const double v = clamp_to<Q>(static_cast<double>(s[e] - zero_sum[i]) * scale[i] + y_zero);
-          if (near_tie(v)) {
-            const int64_t r = row + i / out_last;  // the unit's row, and the unit
-            const Q* x_unit = xu + (r / rows) * g.in_size * channels;
-            const int64_t out_index = (r % rows) * out_last + i % out_last;
-            const double ort_value = ort_float_value(x_unit, g, channels, e % channels, out_index, q, index);
-            yb[e] = to_quantized<Q>(clamp_to<Q>(ort_value));
-          }
-        }
-      }
+      if (requantiser.run(s, zero_sum, scale, positions, channels, yb, tie) == 0) return;
+      for_each_marked(tie, positions * channels, [&](int64_t e) {
+        const int64_t i = e / channels;
+        const int64_t r = row + i / out_last;  // the unit's row, and the unit
+        const Q* x_unit = xu + (r / rows) * g.in_size * channels;
+        const int64_t oh = r % rows, ow = i % out_last;
+        const double value = rank <= 2 ? ort_float_value_2d(x_unit, rc, channels, e % channels, oh, ow, q, g.kernel_size)
+                                       : ort_float_value(x_unit, g, channels, e % channels, oh * out_last + ow, q, index);
+        yb[e] = to_quantized<Q>(clamp_to<Q>(value));
+      });
     };
     const int64_t unit_rows = n_units * rows;  // the rows of consecutive units follow one another
     if (direct) {
@@ -208,9 +326,26 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
 
 // Window sums of up to 2^23 bytes fit int32; larger kernels take int64. Requantisation is in double: a float
 // product misplaces values within ~1e-7 of a rounding tie, which real scales hit often.
+// Elements of an NCHW plane up to which it is pooled whole (4 bytes of scratch per element: 256 KiB, in L2).
+constexpr int64_t kWholePlaneLimit = 1 << 16;
+
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
+  const size_t rank = g.axes.size();
+  const bool small_planes = channels == 1 && rank == 2 && g.axes[1].out < kDirectColumns &&
+                            g.axes[0].dilation == 1 && g.axes[1].dilation == 1;  // qlinear_pool's summed-area path
+  // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
+  // scratch bounded by kWholePlaneLimit); larger planes and NHWC images are streamed.
+  const bool whole_plane = channels == 1 && g.in_size <= kWholePlaneLimit;
+  if (rank <= 2 && !small_planes && !whole_plane) {
+    if (g.kernel_size <= (1 << 23)) {
+      qlinear_streamed<Q, int32_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    } else {
+      qlinear_streamed<Q, int64_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    }
+    return;
+  }
   if (g.kernel_size <= (1 << 23)) {
     qlinear_pool<Q, int32_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
   } else {

@@ -1,0 +1,229 @@
+"""The streamed window-sum paths of LpPool and QLinearAveragePool (1-D and 2-D planes an output row at a time, rows
+longer than one strip of columns, NCHW planes too large to pool whole) and QLinearAveragePool's rounding ties with
+equal scales, against the float64 references; every check also runs with each instruction set forced."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import reference as R
+import reference_qlinear as RQ
+from conftest import make_model, make_session, run_session
+from test_properties import check_qlinear, qlinear_model
+
+import onnx_pools
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+STRIP = 4096  # output columns per strip in the library (windows.h kStripColumns)
+WHOLE_PLANE = 1 << 16  # NCHW planes larger than this are streamed (qlinear_pool.h kWholePlaneLimit)
+
+
+def window_sums(v, kernel, strides, dilations, pads_begin, out):
+    """Sums of float64 v [N, C, *spatial] over each window (zero padding; positions past the padded input absent),
+    one spatial axis at a time with sliding windows: the same quantity as the spec references compute window by
+    window (tests/reference*.py, checked against them in test_fast_references_agree), fast enough for long rows."""
+    for a in range(len(kernel)):
+        axis = 2 + a
+        k, st, d, pb, o = kernel[a], strides[a], dilations[a], pads_begin[a], out[a]
+        need = (o - 1) * st + (k - 1) * d + 1  # padded positions the windows reach
+        length = v.shape[axis]
+        widths = [(0, 0)] * v.ndim
+        widths[axis] = (pb, max(0, need - pb - length))
+        padded = np.pad(v, widths)
+        idx = np.arange(o)[:, None] * st + np.arange(k)[None, :] * d  # [out, k] padded positions
+        v = np.take(padded, idx.reshape(-1), axis=axis)
+        v = v.reshape(v.shape[:axis] + (o, k) + v.shape[axis + 1:]).sum(axis=axis + 1)
+    return v
+
+
+def _geometry(shape, attrs):
+    n = len(attrs["kernel_shape"])
+    out, pb, _ = R.pool_geometry(list(shape[2:]), attrs["kernel_shape"], attrs.get("strides"), attrs.get("pads"),
+                                 attrs.get("dilations"), "NOTSET", attrs.get("ceil_mode", 0))
+    return (attrs["kernel_shape"], attrs.get("strides") or [1] * n, attrs.get("dilations") or [1] * n, pb, out)
+
+
+def lp_pool_fast(x, attrs):
+    """float64 LpPool reference: (sum of |x|^p over each window)^(1/p), windows summed by window_sums."""
+    p = attrs.get("p", 2)
+    return window_sums(np.abs(R.to_f64(x)) ** p, *_geometry(x.shape, attrs)) ** (1.0 / p)
+
+
+def qlinear_fast(x, xs, xz, ys, yz, attrs, count_include_pad):
+    """(y, pre) as reference_qlinear.qlinear_average_pool: each element dequantised in float32, window sums in
+    float64, divided by the count, requantised with round-half-even."""
+    channels_last = attrs.get("channels_last", 0)
+    if channels_last:
+        x = np.moveaxis(x, -1, 1)
+    deq = (np.float32(xs) * (x.astype(np.int32) - xz).astype(np.float32)).astype(np.float64)
+    geometry = _geometry(x.shape, dict(attrs, dilations=None))
+    total = window_sums(deq, *geometry)
+    count = window_sums(np.ones((1, 1) + x.shape[2:]), *geometry)
+    if count_include_pad:
+        count = np.full_like(count, float(np.prod(attrs["kernel_shape"])))
+    pre = total / count / np.float64(np.float32(ys)) + yz
+    lo, hi = RQ.QRANGE[x.dtype]
+    y = np.clip(np.rint(pre), lo, hi).astype(x.dtype)
+    if channels_last:
+        y, pre = np.moveaxis(y, 1, -1), np.moveaxis(pre, 1, -1)
+    return np.ascontiguousarray(y), np.ascontiguousarray(pre)
+
+
+def test_fast_references_agree():
+    """The sliding-window references above equal the spec references on small cases of every kind used here."""
+    rng = np.random.default_rng(3)
+    for shape, attrs in LP_CASES:
+        small = list(shape[:-1]) + [min(shape[-1], 40)]
+        x = rng.standard_normal(small)
+        kw = {k: v for k, v in attrs.items() if k != "kernel_shape"}
+        np.testing.assert_allclose(lp_pool_fast(x, attrs), R.lp_pool(x, attrs["kernel_shape"], **kw), rtol=1e-12)
+    for _, shape, attrs in QL_SHAPES:
+        small = list(shape)
+        spatial = range(1, len(shape) - 1) if attrs.get("channels_last") else range(2, len(shape))
+        for a in spatial:
+            small[a] = min(small[a], 30)
+        x = rng.integers(0, 256, small).astype(np.uint8)
+        for cip in (0, 1):
+            y, pre = qlinear_fast(x, 0.02, 128, 0.02, 128, attrs, cip)
+            y_ref, pre_ref = RQ.qlinear_average_pool(x, 0.02, 128, 0.02, 128, attrs["kernel_shape"],
+                                                     attrs.get("strides"), attrs.get("pads"), "NOTSET", 0, cip,
+                                                     attrs.get("channels_last", 0))
+            np.testing.assert_allclose(pre, pre_ref, rtol=0, atol=1e-9)
+            np.testing.assert_array_equal(y[~RQ.near_tie(pre_ref, 1e-9)], y_ref[~RQ.near_tie(pre_ref, 1e-9)])
+
+
+def _lp(x, attrs, dtype="float32"):
+    before = onnx_pools.call_counts()["LpPool"]
+    sess = make_session(make_model("LpPool", 22, dtype, list(x.shape), attrs))
+    (y,) = run_session(sess, {"X": x})
+    assert onnx_pools.call_counts()["LpPool"] == before + 1, "the library's LpPool kernel did not run"
+    return y
+
+
+LP_CASES = [
+    # (shape, attrs): 1-D rows of several strips, 2-D rows of several strips, dilation, stride > kernel, big kernels
+    ([1, 2, 2 * STRIP + 17], {"kernel_shape": [3], "pads": [1, 1], "p": 2}),
+    ([1, 1, 2 * STRIP + 5], {"kernel_shape": [4], "strides": [3], "dilations": [2], "pads": [3, 0], "p": 3}),
+    ([1, 2, 5, STRIP + 300], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+    ([1, 1, 9, 2 * STRIP + 3], {"kernel_shape": [2, 5], "strides": [2, 2], "dilations": [3, 1], "p": 1}),
+    ([1, 3, 17, 13], {"kernel_shape": [3, 2], "strides": [4, 3], "p": 4}),
+    ([1, 2, 7, 6], {"kernel_shape": [9, 9], "pads": [4, 4, 4, 4], "p": 2}),
+    ([1, 1, 40, 30], {"kernel_shape": [5, 1], "dilations": [7, 1], "ceil_mode": 1, "strides": [2, 1], "p": 3}),
+]
+
+
+def check_lp_streaming():
+    rng = np.random.default_rng(11)
+    for shape, attrs in LP_CASES:
+        for dtype in ("float32", "float16", "float64"):
+            x = R.to_dtype(rng.standard_normal(shape) * 3, dtype)
+            y = _lp(x, attrs, dtype)
+            R.assert_close(y, lp_pool_fast(x, attrs), dtype, R.input_scale(x), f"LpPool {dtype} {shape} {attrs}")
+
+
+def check_lp_streaming_subnormal_rows():
+    """A plane normal at its start (the probe sees nothing) and subnormal further on: the streamed pass redoes the
+    plane scaled, and the windows mixing both are exact."""
+    x = np.full([1, 1, 6, STRIP + 40], 1e-42, np.float32)
+    x[0, 0, 0, :50] = 1.0
+    y = _lp(x, {"kernel_shape": [2, 3], "pads": [0, 1, 0, 1], "p": 2})
+    attrs = {"kernel_shape": [2, 3], "pads": [0, 1, 0, 1], "p": 2}
+    R.assert_close(y, lp_pool_fast(x, attrs), "float32", 1.0, "subnormal rows")
+    assert np.all(y[0, 0, 1:, 100:] > 0), "subnormal windows underflowed to zero"
+
+
+QL_CONFIGS = {
+    # name: (x_scale, x_zero_point, y_scale, y_zero_point, count_include_pad)
+    "distinct": (0.021, 3, 0.017, -5, 0),
+    "distinct-cip": (0.021, 3, 0.017, -5, 1),
+    "equal": (0.02, 3, 0.02, 3, 0),  # edge windows of 4 or 6 elements land exactly on .5
+    "equal-cip": (0.02, 3, 0.02, 3, 1),
+}
+
+
+def _qlinear(dtype, shape, attrs, config):
+    xs, xz, ys, yz, cip = QL_CONFIGS[config]
+    if dtype == np.uint8:
+        xz, yz = xz + 125, yz + 125
+    lo, hi = RQ.QRANGE[np.dtype(dtype)]
+    x = np.random.default_rng(hash((config, tuple(shape))) % 2**32).integers(lo, hi + 1, shape).astype(dtype)
+    a = dict(attrs, count_include_pad=cip)
+    model, _ = qlinear_model(dtype, shape, a, xs, xz, ys, yz)
+    before = onnx_pools.call_counts()["QLinearAveragePool"]
+    y = make_session(model).run(None, {"X": x})[0]
+    assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1, "the library's kernel did not run"
+    ref, pre = qlinear_fast(x, xs, xz, ys, yz, attrs, cip)
+    what = f"QLinearAveragePool {np.dtype(dtype).name} {shape} {a} {config}"
+    check_qlinear(y, ref, pre, what)
+    # where the exact value is a tie, the library evaluates as ORT does: identical to stock ORT there too
+    stock = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y_stock = stock.run(None, {"X": x})[0]
+    d = np.abs(y.astype(np.int32) - y_stock.astype(np.int32))
+    assert d.max() <= 1, what
+    ties = RQ.near_tie(pre, 1e-9)
+    assert np.array_equal(y[ties], y_stock[ties]), f"{what}: differs from stock ORT at an exact tie"
+    return int(ties.sum())
+
+
+QL_SHAPES = [
+    # (layout, shape, attrs): a streamed NCHW plane (> WHOLE_PLANE), a whole-plane one, NHWC with rows of several
+    # strips, 1-D
+    ("NCHW", [1, 1, 260, 260], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("NCHW", [2, 3, 28, 28], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("NHWC", [1, 2, STRIP + 50, 3], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}),
+    ("NHWC", [2, 20, 20, 16], {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 1, 0, 1], "channels_last": 1}),
+    ("NCHW", [1, 1, WHOLE_PLANE + 9], {"kernel_shape": [4], "strides": [2], "pads": [2, 1]}),
+]
+
+
+def check_qlinear_streaming_and_ties():
+    ties = 0
+    for dtype in (np.uint8, np.int8):
+        for _, shape, attrs in QL_SHAPES:
+            for config in QL_CONFIGS:
+                ties += _qlinear(dtype, shape, attrs, config)
+    assert ties > 200, f"the equal-scale cases should produce many exact ties, got {ties}"
+
+
+CHECKS = [check_lp_streaming, check_lp_streaming_subnormal_rows, check_qlinear_streaming_and_ties]
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda f: f.__name__)
+def test_streaming(check):
+    check()
+
+
+def _isas():
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    isas = ["portable"]
+    if {"avx2", "fma", "f16c"} <= flags:
+        isas.append("avx2")
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        isas.append("avx512")
+    return isas
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_streaming_on_every_isa(isa):
+    """The same checks with the instruction set forced (ONNX_POOLS_ISA is read when the library loads)."""
+    env = dict(os.environ, ONNX_POOLS_ISA=isa)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    script = ("import onnx_pools, test_streaming as t\n"
+              f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
+              "for check in t.CHECKS: check()\n"
+              "print('STREAMING-OK')\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "STREAMING-OK" in r.stdout, f"{isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
