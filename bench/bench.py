@@ -84,6 +84,8 @@ def make_cases():
              "avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)")
     lp3x3_attrs = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
     q3x3 = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
+    qtorch = (_torch_quantized_avg_pool(3, 1, 1) if t else None,
+              "ao.nn.quantized.functional.avg_pool2d, channels_last quint8/qint8 (x86 engine)")
 
     def case(label, op, dtype, shape, attrs=None, torch_call=(None, ""), nonneg=False):
         return Case(label, op, dtype, shape, attrs or {}, nonneg, torch_call[0], torch_call[1])
@@ -97,10 +99,18 @@ def make_cases():
         case("LpPool 2x2 s2 p=3 f32", "LpPool", "float32", (8, 64, 112, 112),
              {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
              ((lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, "lp_pool2d (input >= 0)"), nonneg=True),
-        case("QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (8, 64, 56, 56),
-             {**q3x3, "channels_last": 0}),
-        case("QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (8, 56, 56, 64),
-             {**q3x3, "channels_last": 1}),
+        *[case(f"QLinearAveragePool 3x3 pad1 {short} {layout} {config}", "QLinearAveragePool", dtype,
+               (8, 56, 56, 64) if layout == "NHWC" else (8, 64, 56, 56),
+               {**q3x3, "channels_last": int(layout == "NHWC"), "count_include_pad": int(config.endswith("cip1"))},
+               qtorch)
+          for short, dtype in (("u8", "uint8"), ("s8", "int8")) for layout in ("NCHW", "NHWC")
+          for config in ("distinct cip0", "distinct cip1", "equal cip0", "equal cip1")],
+        case("GlobalAveragePool f64", "GlobalAveragePool", "float64", (4, 256, 56, 56), torch_call=gap),
+        case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 2048, 7, 7), torch_call=gmp),
+        case("GlobalMaxPool f16", "GlobalMaxPool", "float16", (4, 256, 56, 56), torch_call=gmp),
+        case("GlobalMaxPool f64", "GlobalMaxPool", "float64", (4, 256, 56, 56), torch_call=gmp),
+        case("GlobalLpPool p=2 f16", "GlobalLpPool", "float16", (4, 256, 56, 56), {"p": 2}, glp2),
+        case("GlobalLpPool p=2 f64", "GlobalLpPool", "float64", (4, 256, 56, 56), {"p": 2}, glp2),
         case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
              torch_call=(gap[0], "adaptive_avg_pool2d (half)")),
         # Tiny tensors: what is left is the per-run cost of a node, where a custom op must not lose either.
@@ -115,7 +125,32 @@ def make_cases():
     ]
 
 
-_ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8}
+_ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "float64": TensorProto.DOUBLE,
+               "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+
+
+def qlinear_params(case):
+    """(x_scale, x_zero_point, y_scale, y_zero_point) of a QLinearAveragePool case: distinct by default, equal
+    scales and zero points (what a TFLite-style quantized average pool has) for the "equal" cases."""
+    mid = 128 if case.dtype == "uint8" else 0
+    if "equal" in case.label:
+        return 0.02, mid, 0.02, mid
+    return 0.02, mid, 0.015, mid - 8
+
+
+def _torch_quantized_avg_pool(k, s, pad):
+    """PyTorch's quantized average pool on a channels_last quantized tensor (the input quantized once, outside the
+    timing), with the case's scales."""
+    def make(case, x):
+        xs, xz, ys, yz = qlinear_params(case)
+        nchw = torch.from_numpy(np.moveaxis(x, -1, 1) if case.attrs.get("channels_last") else x)
+        qtype = torch.quint8 if case.dtype == "uint8" else torch.qint8
+        deq = (nchw.to(torch.float32) - xz) * xs
+        qx = torch.quantize_per_tensor(deq, xs, xz, qtype).contiguous(memory_format=torch.channels_last)
+        cip = bool(case.attrs.get("count_include_pad"))
+        return lambda: torch.ao.nn.quantized.functional.avg_pool2d(qx, k, s, pad, count_include_pad=cip)
+    make.needs_case = True
+    return make
 
 
 def build_model(case, shape):
@@ -125,10 +160,12 @@ def build_model(case, shape):
     if case.op == "QLinearAveragePool":
         # both zero points given: stock ORT fails type inference without them
         inputs = ["X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"]
-        inits = [numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
-                 numpy_helper.from_array(np.array(128, np.uint8), "x_zero_point"),
-                 numpy_helper.from_array(np.array(0.015, np.float32), "y_scale"),
-                 numpy_helper.from_array(np.array(120, np.uint8), "y_zero_point")]
+        xs, xz, ys, yz = qlinear_params(case)
+        zp = np.uint8 if case.dtype == "uint8" else np.int8
+        inits = [numpy_helper.from_array(np.array(xs, np.float32), "x_scale"),
+                 numpy_helper.from_array(np.array(xz, zp), "x_zero_point"),
+                 numpy_helper.from_array(np.array(ys, np.float32), "y_scale"),
+                 numpy_helper.from_array(np.array(yz, zp), "y_zero_point")]
         node = helper.make_node(case.op, inputs, ["Y"], domain="com.microsoft", **case.attrs)
         opsets.append(helper.make_opsetid("com.microsoft", 1))
     else:
@@ -141,8 +178,9 @@ def build_model(case, shape):
 
 
 def make_input(case, shape, rng):
-    if case.dtype == "uint8":
-        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    if case.dtype in ("uint8", "int8"):
+        info = np.iinfo(case.dtype)
+        return rng.integers(info.min, info.max + 1, size=shape).astype(case.dtype)
     x = rng.standard_normal(size=shape, dtype=np.float32)
     if case.nonneg:
         np.abs(x, out=x)
@@ -233,30 +271,108 @@ def compare(y_lib, y_stock):
 ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
 
 
-def bench_case(case, shape, thread_counts, target, min_runs, rng):
-    """One row per thread count. Every (engine, thread count) of the case is timed in each of ROUNDS rounds, in
-    turn; its time is the median over all its runs."""
+# ------------------------------------------------------------------------------------------------ ISA workers
+ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
+
+
+def _isa_worker(conn):
+    """A process whose library was loaded with ONNX_POOLS_ISA forced: it builds library sessions for the cases the
+    parent sends and times them when asked, so every instruction set is timed in the same interleaved rounds."""
+    runners = {}
+    while True:
+        msg = conn.recv()
+        kind = msg[0]
+        if kind == "isa":
+            conn.send(onnx_pools.active_isa())
+        elif kind == "setup":
+            _, model, x, threads = msg
+            runners.clear()
+            outputs = {}
+            for t in threads:
+                sess = ort_session(model, True, t)
+                run, y = bound_runner(sess, x)
+                run()
+                runners[t] = (sess, run)
+                outputs[t] = y
+            conn.send(outputs)
+        elif kind == "time":
+            _, op, t, target, min_runs = msg
+            before = onnx_pools.call_counts()[op]
+            ts = time_runs(runners[t][1], target, min_runs)
+            conn.send((ts, onnx_pools.call_counts()[op] - before == len(ts) + 1))
+        elif kind == "clear":
+            runners.clear()
+            conn.send(None)
+        else:
+            return
+
+
+class IsaWorker:
+    def __init__(self, isa):
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        saved = os.environ.get("ONNX_POOLS_ISA")
+        os.environ["ONNX_POOLS_ISA"] = isa  # read by the library when the child loads it
+        try:
+            self.process = ctx.Process(target=_isa_worker, args=(child,), daemon=True)
+            self.process.start()
+        finally:
+            if saved is None:
+                os.environ.pop("ONNX_POOLS_ISA", None)
+            else:
+                os.environ["ONNX_POOLS_ISA"] = saved
+        self.isa = self.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
+
+    def call(self, *msg):
+        self.conn.send(msg)
+        return self.conn.recv()
+
+    def stop(self):
+        self.conn.send(("stop",))
+        self.process.join(timeout=10)
+
+
+def start_workers(requested):
+    """One worker per requested ISA the CPU runs (in ISA_ORDER); the others are reported and left out."""
+    workers = []
+    for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99):
+        w = IsaWorker(isa)
+        if w.isa != isa:
+            print(f"  ISA {isa}: not available on this CPU (the library chose {w.isa}); left out", file=sys.stderr)
+            w.stop()
+        else:
+            workers.append(w)
+    return workers
+
+
+def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
+    """One row per (ISA, thread count). Every engine (the library on each ISA, stock ORT, torch) and thread count of
+    the case is timed in each of ROUNDS rounds, in turn; its time is the median over all its runs."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
-    rows = {t: {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
+    base = {t: {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
                 "attrs": case.attrs, "threads": t, "bytes_read": x.nbytes, "torch_call": case.torch_desc or None}
             for t in thread_counts}
-    runners = []  # (engine, threads, function to time, thread setting around it)
+    runners = []  # (engine, threads, local function to time or an IsaWorker)
     sessions = []
     outputs = {}
+    for w in workers:
+        for t, y in w.call("setup", model, x, thread_counts).items():
+            outputs[(w.isa, t)] = y
     for t in thread_counts:
-        sess = ort_session(model, True, t)
-        run, outputs[("lib", t)] = bound_runner(sess, x)
-        sessions.append(sess)
-        runners.append(("lib", t, run))
+        runners += [(w.isa, t, w) for w in workers]
         try:
             sess = ort_session(model, False, t)
             run, outputs[("stock", t)] = bound_runner(sess, x)
+            run()
             sessions.append(sess)
             runners.append(("stock", t, run))
         except Exception as e:
-            rows[t].update(stock_ms=None, stock_error=str(e).splitlines()[0][:200], max_diff_vs_stock=None)
-        if case.torch_fn is not None:
+            base[t].update(stock_ms=None, stock_error=str(e).splitlines()[0][:200])
+        if case.torch_fn is not None and getattr(case.torch_fn, "needs_case", False):
+            runners.append(("torch", t, case.torch_fn(case, x)))
+        elif case.torch_fn is not None:
             xt = torch.from_numpy(x)
 
             def run_torch(xt=xt):
@@ -264,38 +380,125 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng):
                     return case.torch_fn(xt)
             runners.append(("torch", t, run_torch))
     samples = {(e, t): [] for e, t, _ in runners}
+    kernel_ok = {w.isa: True for w in workers}
     per_round = target / ROUNDS
-    before = onnx_pools.call_counts()[case.op]
-    lib_calls = 0
     old_threads = torch.get_num_threads() if torch is not None else None
     try:
         for _ in range(ROUNDS):
             for engine, t, fn in runners:
-                if engine == "torch":
-                    torch.set_num_threads(t)
-                ts = time_runs(fn, per_round, max(1, min_runs // ROUNDS + 1))
+                runs = max(1, min_runs // ROUNDS + 1)
+                if isinstance(fn, IsaWorker):
+                    ts, ok = fn.call("time", case.op, t, per_round, runs)
+                    kernel_ok[engine] &= ok
+                else:
+                    if engine == "torch":
+                        torch.set_num_threads(t)
+                    ts = time_runs(fn, per_round, runs)
                 samples[(engine, t)] += ts
-                lib_calls += len(ts) + 1 if engine == "lib" else 0
     finally:
         if torch is not None:
             torch.set_num_threads(old_threads)
-    moved = onnx_pools.call_counts()[case.op] - before
-    for (engine, t), ts in samples.items():
-        r = rows[t]
-        r[f"{engine}_ms"] = statistics.median(ts) * 1e3
-        r[f"{engine}_runs"] = len(ts)
-    for t, r in rows.items():
-        r.update(lib_kernel_calls=moved, lib_kernel_ok=(moved == lib_calls))
-        if ("stock", t) in outputs:
-            r["max_diff_vs_stock"] = compare(outputs[("lib", t)], outputs[("stock", t)])
-        r.setdefault("torch_ms", None)
-        for k in ("lib", "stock", "torch"):
-            ms = r.get(f"{k}_ms")
-            r[f"{k}_GBps"] = r["bytes_read"] / (ms * 1e-3) / 1e9 if ms else None
-        r["speedup_vs_stock"] = r["stock_ms"] / r["lib_ms"] if r.get("stock_ms") else None
-        r["speedup_vs_torch"] = r["torch_ms"] / r["lib_ms"] if r.get("torch_ms") else None
+    for w in workers:
+        w.call("clear")
+    medians = {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}
+    rows = []
+    for w in workers:
+        for t in thread_counts:
+            r = dict(base[t], isa=w.isa, lib_ms=medians[(w.isa, t)], lib_runs=len(samples[(w.isa, t)]),
+                     lib_kernel_ok=kernel_ok[w.isa])
+            r["stock_ms"] = medians.get(("stock", t))
+            r["torch_ms"] = medians.get(("torch", t))
+            r["max_diff_vs_stock"] = compare(outputs[(w.isa, t)], outputs[("stock", t)]) if ("stock", t) in outputs else None
+            for k in ("lib", "stock", "torch"):
+                ms = r.get(f"{k}_ms")
+                r[f"{k}_GBps"] = r["bytes_read"] / (ms * 1e-3) / 1e9 if ms else None
+            r["speedup_vs_stock"] = r["stock_ms"] / r["lib_ms"] if r.get("stock_ms") else None
+            r["speedup_vs_torch"] = r["torch_ms"] / r["lib_ms"] if r.get("torch_ms") else None
+            r["threads_speedup"] = None
+            rows.append(r)
+    for r in rows:  # the library's own 2-thread (or more) scaling: time at 1 thread / time at t threads
+        one = next((o for o in rows if o["isa"] == r["isa"] and o["threads"] == 1), None)
+        if one is not None and r["threads"] > 1:
+            r["threads_speedup"] = one["lib_ms"] / r["lib_ms"]
     del sessions
-    return [rows[t] for t in thread_counts]
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ memory
+GIB = 1 << 30
+MEMORY_CASES = [  # (label, op, dtype, shape of 1 GiB, attrs)
+    ("GlobalAveragePool f32", "GlobalAveragePool", "float32", (64, 64, 256, 256), {}),
+    ("GlobalMaxPool f32", "GlobalMaxPool", "float32", (64, 64, 256, 256), {}),
+    ("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (64, 64, 256, 256), {"p": 2}),
+    ("LpPool 3x3 pad1 p=2 f32, 4096x4096 planes", "LpPool", "float32", (1, 16, 4096, 4096),
+     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+    ("LpPool 1-D k3 p=2 f32, one 2^28 plane", "LpPool", "float32", (1, 1, 1 << 28), {"kernel_shape": [3], "p": 2}),
+    ("QLinearAveragePool 3x3 pad1 u8 NCHW, 16384x16384 planes", "QLinearAveragePool", "uint8", (1, 4, 16384, 16384),
+     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 0}),
+    ("QLinearAveragePool 3x3 pad1 u8 NHWC, 16384x16384x4", "QLinearAveragePool", "uint8", (1, 16384, 16384, 4),
+     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}),
+    ("QLinearAveragePool 1-D k3 u8 NCHW, one 2^30 plane", "QLinearAveragePool", "uint8", (1, 1, 1 << 30),
+     {"kernel_shape": [3], "pads": [1, 1], "channels_last": 0}),
+]
+
+_MEMORY_CHILD = r"""
+import json, sys
+import numpy as np, onnxruntime as ort
+sys.path.insert(0, {bench_dir!r})
+import bench as B
+import onnx_pools
+label, op, dtype, shape, attrs, threads = json.loads(sys.argv[1])
+case = B.Case(label, op, dtype, tuple(shape), attrs)
+model = B.build_model(case, shape)
+so = onnx_pools.session_options(ops="all")
+so.intra_op_num_threads = threads
+sess = ort.InferenceSession(model, so)
+x = np.full(shape, 1 if dtype == "uint8" else 0.5, dtype=dtype)
+small = np.full([1, 1] + [8] * (len(shape) - 2), 1 if dtype == "uint8" else 0.5, dtype=dtype)
+def rss(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field))
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak (VmHWM) to the current RSS
+before = rss("VmRSS:")
+y = sess.run(None, {{"X": x}})[0]
+peak = rss("VmHWM:")
+print(json.dumps({{"isa": onnx_pools.active_isa(), "input": x.nbytes, "output": y.nbytes,
+                  "scratch": peak - before - y.nbytes, "calls": onnx_pools.call_counts()[op]}}))
+"""
+
+
+def memory_report(requested, markdown_path=None):
+    """Peak RSS increase of one run on a 1 GiB input, above the output, per case, ISA and thread count (each in a
+    fresh process: nothing else allocated between the reset of the peak and the run)."""
+    import json
+    import subprocess
+    child = _MEMORY_CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)))
+    lines = ["| case | ISA | threads | input MiB | output MiB | peak above input + output, MiB | kernel ran |",
+             "|---|---|---|---|---|---|---|"]
+    worst = 0
+    for isa in [i for i in ISA_ORDER if i in requested]:
+        for label, op, dtype, shape, attrs in MEMORY_CASES:
+            for threads in (1, 2):
+                env = dict(os.environ, ONNX_POOLS_ISA=isa)
+                r = subprocess.run([sys.executable, "-c", child, json.dumps([label, op, dtype, shape, attrs, threads])],
+                                   env=env, capture_output=True, text=True, timeout=900)
+                if r.returncode != 0:
+                    print(f"error: {label} ({isa}, {threads} threads):\n{r.stderr[-2000:]}", file=sys.stderr)
+                    return 1
+                m = json.loads(r.stdout.strip().splitlines()[-1])
+                if m["isa"] != isa:
+                    break  # this CPU does not run the ISA
+                worst = max(worst, m["scratch"])
+                lines.append(f"| {label} | {isa} | {threads} | {m['input'] / 2**20:.0f} | {m['output'] / 2**20:.1f} "
+                             f"| {m['scratch'] / 2**20:.1f} | {'yes' if m['calls'] == 1 else 'NO'} |")
+                print(lines[-1], file=sys.stderr, flush=True)
+    md = "\n".join(lines) + f"\n\nlargest: {worst / 2**20:.1f} MiB (target: at most 64 MiB)\n"
+    print(md)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(md)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -304,20 +507,22 @@ def _f(v, fmt):
 
 
 def markdown(env, ceilings, results):
-    lines = [f"onnx_pools {env['onnx_pools']} (ISA {env['isa']}), onnxruntime {env['onnxruntime']}, "
+    lines = [f"onnx_pools {env['onnx_pools']} (ISAs {', '.join(env['isas'])}), onnxruntime {env['onnxruntime']}, "
              f"torch {env['torch']}, numpy {env['numpy']}; CPU: {env['cpu']} ({env['cpus']} logical CPUs)", ""]
     for t, c in sorted(ceilings.items()):
         parts = ", ".join(f"{k} {v:.1f}" for k, v in c.items() if k != "ceiling")
         lines.append(f"read-bandwidth ceiling at {t} thread(s): {c['ceiling']:.1f} GB/s ({parts})")
-    lines += ["", "| case | threads | lib ms | stock ms | torch ms | speed-up vs stock | speed-up vs torch "
-              "| lib GB/s | stock GB/s | torch GB/s | lib % of ceiling | lib kernel ran | max diff vs stock |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| case | ISA | threads | lib ms | stock ms | torch ms | speed-up vs stock | speed-up vs torch "
+              "| lib vs 1 thread | lib GB/s | stock GB/s | torch GB/s | lib % of ceiling | lib kernel ran "
+              "| max diff vs stock |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         ceil = ceilings[r["threads"]]["ceiling"]
         stock = _f(r.get("stock_ms"), ".3f") if r.get("stock_ms") else "fails"
         lines.append(
-            f"| {r['case']} | {r['threads']} | {r['lib_ms']:.3f} | {stock} | {_f(r.get('torch_ms'), '.3f')} "
-            f"| {_f(r['speedup_vs_stock'], '.2f')} | {_f(r['speedup_vs_torch'], '.2f')} "
+            f"| {r['case']} | {r['isa']} | {r['threads']} | {r['lib_ms']:.3f} | {stock} "
+            f"| {_f(r.get('torch_ms'), '.3f')} | {_f(r['speedup_vs_stock'], '.2f')} | {_f(r['speedup_vs_torch'], '.2f')} "
+            f"| {_f(r.get('threads_speedup'), '.2f')} "
             f"| {_f(r['lib_GBps'], '.1f')} | {_f(r['stock_GBps'], '.1f')} | {_f(r['torch_GBps'], '.1f')} "
             f"| {100 * r['lib_GBps'] / ceil:.0f}% | {'yes' if r['lib_kernel_ok'] else 'NO'} "
             f"| {_f(r.get('max_diff_vs_stock'), '.2g')} |")
@@ -352,6 +557,11 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--markdown", metavar="FILE", help="write the markdown table to FILE too")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--isa", default="all", help="comma-separated instruction sets to time the library on, each "
+                    "in its own process with ONNX_POOLS_ISA forced (avx512, avx2, neon, portable); default: every "
+                    "one this CPU runs")
+    ap.add_argument("--memory", action="store_true", help="instead of timing: the peak RSS increase of one run "
+                    "of each op and layout on a 1 GiB input (scratch memory), per ISA")
     args = ap.parse_args(argv)
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
@@ -370,15 +580,25 @@ def main(argv=None):
         print("\n".join(names) if cases else f"error: no case matches {args.cases!r}",
               file=sys.stdout if cases else sys.stderr)
         return 0 if cases else 2
+    requested = ISA_ORDER if args.isa == "all" else [i.strip() for i in args.isa.split(",") if i.strip()]
+    if args.memory:
+        return memory_report(requested, args.markdown)
     target, min_runs = (0.2, 3) if args.quick else (1.0, 5)
+    workers = start_workers(requested)
+    if not workers:
+        print(f"error: none of the ISAs {requested} runs here", file=sys.stderr)
+        return 2
     env = environment()
+    env["isas"] = [w.isa for w in workers]
     ceilings = {t: read_ceiling(t, target, args.quick) for t in threads}
     rng = np.random.default_rng(0)
     results = []
     for c in cases:
         shape = small_shape(c.shape) if args.small else c.shape
         print(f"  {c.name(shape)}, {','.join(map(str, threads))} thread(s) ...", file=sys.stderr, flush=True)
-        results += bench_case(c, shape, threads, target * len(threads), min_runs, rng)
+        results += bench_case(c, shape, threads, target * len(threads), min_runs, rng, workers)
+    for w in workers:
+        w.stop()
     md = markdown(env, ceilings, results)
     print(md)
     if args.markdown:
@@ -388,7 +608,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"environment": env, "read_ceiling_GBps": {str(k): v for k, v in ceilings.items()},
                        "results": results}, f, indent=1)
-    bad = [r["case"] for r in results if not r["lib_kernel_ok"]]
+    bad = [f"{r['case']} ({r['isa']})" for r in results if not r["lib_kernel_ok"]]
     if bad:
         print("error: the library's kernel did not run (call counter) for: " + ", ".join(bad), file=sys.stderr)
         return 1

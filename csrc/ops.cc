@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -161,9 +162,8 @@ void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit, c
   struct Job {
     const Body* body = nullptr;
     int64_t units = 0, chunks = 0;
-    std::atomic<bool> failed{false};
-    std::string message;
-    std::atomic_flag message_taken = ATOMIC_FLAG_INIT;
+    std::exception_ptr error;  // the first chunk's exception, rethrown as it was (an Error stays INVALID_ARGUMENT)
+    std::atomic_flag error_taken = ATOMIC_FLAG_INIT;
   } job;
   job.body = &body;
   job.units = units;
@@ -174,13 +174,12 @@ void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit, c
     const int64_t end = j.units * (static_cast<int64_t>(i) + 1) / j.chunks;
     try {
       (*j.body)(begin, end);
-    } catch (const std::exception& e) {  // nothing may unwind into ORT's threads
-      if (!j.message_taken.test_and_set()) j.message = e.what();
-      j.failed = true;
+    } catch (...) {  // nothing may unwind into ORT's threads
+      if (!j.error_taken.test_and_set()) j.error = std::current_exception();
     }
   };
   check(g_ort->KernelContext_ParallelFor(ctx, run_chunk, static_cast<size_t>(chunks), 0, &job));
-  if (job.failed) throw std::runtime_error(job.message);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 // ---- attributes shared by the ops --------------------------------------------------------------------------------
