@@ -52,7 +52,7 @@ def _ops():
             for i in range(lib.onnx_pools_op_count())]
 
 
-def session_options(so=None, *, ops=None, types=None, model=None):
+def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=True):
     """Register the library into `so` (a new onnxruntime.SessionOptions when None) and return it.
 
     ops: "all", or names of the ops the library takes over; the others keep ORT's kernels.
@@ -64,6 +64,11 @@ def session_options(so=None, *, ops=None, types=None, model=None):
     node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float through casts, and
     a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels. float16 pools then run
     on this library's float kernels between ORT's casts; models without float16 are not affected.
+    ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
+    op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
+    runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
+    it convert the pool's whole input back to NCHW first, which costs more than the pool. False: the library's
+    kernels everywhere (as with an explicit `ops`).
     """
     import onnxruntime
 
@@ -71,8 +76,12 @@ def session_options(so=None, *, ops=None, types=None, model=None):
         so = onnxruntime.SessionOptions()
     if model is not None and (ops is None or types is None):
         domains, nodes = _read_model(model)
-        if ops is None and "com.microsoft" in domains:
-            ops = "all"
+        if ops is None:
+            chosen = [name for name, domain in _ops() if domain == "" or "com.microsoft" in domains]
+            if ort_layout and _ort_blocked_layout(so):
+                chosen = [name for name in chosen if not _fed_by_blocked_layout(nodes, name)]
+            if len(chosen) < len(_ops()) or "com.microsoft" in domains:
+                ops = chosen
         if types is None and _pool_fed_by_compute(nodes):
             types = ["float", "double", "bfloat16", "uint8", "int8"]
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
@@ -147,6 +156,38 @@ def _pool_fed_by_compute(nodes):
     producers = {out: op for op, _, _, outputs in nodes for out in outputs}
     return any(op in _POOLS and domain in ("", "ai.onnx") and inputs and producers.get(inputs[0], "Cast") != "Cast"
                for op, domain, inputs, _ in nodes)
+
+
+# ORT's NCHWc transformer keeps these in its blocked layout after a Conv; a global pool behind a chain of them
+# would be taken into that layout by ORT's own kernel.
+_BLOCKED_LAYOUT_OPS = {"Conv", "FusedConv", "Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Add", "Sum",
+                       "Concat", "BatchNormalization", "MaxPool", "AveragePool"}
+_LEFT_TO_ORT_LAYOUT = ("GlobalAveragePool", "GlobalMaxPool")
+
+
+def _ort_blocked_layout(so):
+    """Whether ORT may rewrite this session's float32 convolutions and global pools into its NCHWc layout."""
+    import platform
+
+    import onnxruntime
+
+    return (platform.machine().lower() in ("x86_64", "amd64")
+            and so.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL)
+
+
+def _fed_by_blocked_layout(nodes, op_name):
+    """Whether op_name occurs and every node of it takes its input from a Conv, directly or through ops that keep
+    ORT's blocked layout."""
+    producers = {out: (op, inputs) for op, _, inputs, outputs in nodes for out in outputs}
+
+    def from_conv(tensor, depth=0):
+        op, inputs = producers.get(tensor, (None, []))
+        if op in ("Conv", "FusedConv"):
+            return True
+        return op in _BLOCKED_LAYOUT_OPS and depth < 16 and bool(inputs) and from_conv(inputs[0], depth + 1)
+
+    pools = [inputs for op, domain, inputs, _ in nodes if op == op_name and domain in ("", "ai.onnx")]
+    return op_name in _LEFT_TO_ORT_LAYOUT and bool(pools) and all(inputs and from_conv(inputs[0]) for inputs in pools)
 
 
 def call_counts():

@@ -70,7 +70,7 @@ def _bytes(model):
 
 def make_session(model, library=True, ops=None, threads=1):
     if library:
-        so = onnx_pools.session_options(ops=ops, model=model)
+        so = onnx_pools.session_options(ops=ops, model=model, ort_layout=False)  # the library everywhere
     else:
         so = ort.SessionOptions()
     so.intra_op_num_threads = threads

@@ -1,0 +1,94 @@
+"""Global pools ORT takes into its blocked NCHWc layout after convolutions are left to ORT by
+session_options(model=...): the library's node would make ORT convert the pool's whole input back to NCHW first.
+ort_layout=False (and an explicit `ops`) keeps the library's kernels everywhere."""
+
+import os
+import platform
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_pools
+
+
+def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.1, "w")
+    nodes = [helper.make_node("Conv", ["X", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node(head, ["r" if fed_by_conv else "X"], ["Y"])]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 12, 12])]
+    outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+    if extra_bf16_pool:  # a second node of the op that ORT cannot run: the library must keep the op
+        inputs.append(helper.make_tensor_value_info("B", TensorProto.BFLOAT16, [1, 2, 3, 3]))
+        outputs.append(helper.make_tensor_value_info("Z", TensorProto.BFLOAT16, None))
+        nodes.append(helper.make_node(head, ["B"], ["Z"]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def run(model, so, tmp_path):
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(1).standard_normal((2, 8, 12, 12)).astype(np.float32)
+    feeds = {"X": x}
+    if len(sess.get_inputs()) > 1:
+        return None, None, None
+    before = onnx_pools.call_counts()
+    (y,) = sess.run(None, feeds)
+    moved = {k: onnx_pools.call_counts()[k] - v for k, v in before.items()}
+    ops = {f"{n.domain}.{n.op_type}" for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+    return y, moved, ops
+
+
+x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="ORT's NCHWc layout is x86-only")
+
+
+@x86
+@pytest.mark.parametrize("head", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_conv_fed_global_pool_left_to_ort_layout(head, tmp_path):
+    model = conv_model(head)
+    stock_y, _, stock_ops = run(model, ort.SessionOptions(), tmp_path)
+    assert f"com.microsoft.nchwc.{head}" in stock_ops  # what ORT does without the library
+    y, moved, ops = run(model, onnx_pools.session_options(model=model), tmp_path)
+    assert moved[head] == 0 and ops == stock_ops, ops
+    np.testing.assert_array_equal(y, stock_y)
+    # forced: the library's kernel runs, on the NCHW input ORT converts back for it
+    y, moved, ops = run(model, onnx_pools.session_options(model=model, ort_layout=False), tmp_path)
+    assert moved[head] == 1 and f"com.microsoft.nchwc.{head}" not in ops
+    np.testing.assert_allclose(y, stock_y, rtol=1e-5, atol=1e-6)
+    y, moved, _ = run(model, onnx_pools.session_options(model=model, ops=[head]), tmp_path)
+    assert moved[head] == 1  # an explicit op list also forces
+
+
+@pytest.mark.parametrize("head", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool_not_fed_by_conv_stays_on_library(head, tmp_path):
+    model = conv_model(head, fed_by_conv=False)
+    y, moved, _ = run(model, onnx_pools.session_options(model=model), tmp_path)
+    assert moved[head] == 1
+    x = np.random.default_rng(1).standard_normal((2, 8, 12, 12)).astype(np.float64)
+    ref = x.mean(axis=(2, 3), keepdims=True) if head == "GlobalAveragePool" else x.max(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+@x86
+def test_op_kept_when_another_node_needs_the_library(tmp_path):
+    """A bfloat16 node of the same op has no ORT kernel: the op stays with the library for the whole model."""
+    model = conv_model("GlobalAveragePool", extra_bf16_pool=True)
+    so = onnx_pools.session_options(model=model)
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])  # would fail without the library
+    assert [i.name for i in sess.get_inputs()] == ["X", "B"]
+
+
+@x86
+def test_lower_optimisation_level_keeps_library(tmp_path):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    model = conv_model("GlobalAveragePool")
+    _, moved, _ = run(model, onnx_pools.session_options(so, model=model), tmp_path)
+    assert moved["GlobalAveragePool"] == 1
