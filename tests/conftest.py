@@ -6,7 +6,6 @@ sys.path (rootdir-relative "prepend" import mode), so this module is the same ob
 
 import collections
 import contextlib
-import ctypes
 import re
 
 import numpy as np
@@ -16,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_pools
+from ort_values import from_ortvalue, to_ortvalue
 from reference import BF16, DTYPES
 
 ONNX_TYPES = {
@@ -88,24 +88,11 @@ def run_session(sess, feeds):
         return sess.run(None, feeds)
     b = sess.io_binding()
     for name, v in feeds.items():
-        v = np.ascontiguousarray(v)
-        if v.dtype == BF16:
-            ov = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            ov = ort.OrtValue.ortvalue_from_numpy(v)
-        b.bind_ortvalue_input(name, ov)
+        b.bind_ortvalue_input(name, to_ortvalue(np.ascontiguousarray(v)))
     for o in sess.get_outputs():
         b.bind_output(o.name)
     sess.run_with_iobinding(b)
-    res = []
-    for ov in b.get_outputs():
-        if ov.data_type() == "tensor(bfloat16)":
-            n = (2 * int(np.prod(ov.shape())))
-            raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
-            res.append(np.frombuffer(raw, np.uint16).view(BF16).reshape(ov.shape()).copy())
-        else:
-            res.append(ov.numpy())
-    return res
+    return [from_ortvalue(ov) for ov in b.get_outputs()]
 
 
 @contextlib.contextmanager

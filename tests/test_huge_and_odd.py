@@ -10,12 +10,11 @@ import os
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto
 
 import reference as R
 import reference_qlinear as RQ
+from ort_values import from_ortvalue, to_ortvalue
 from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
 from test_properties import assert_close_with_subnormals, check_qlinear, qlinear_model
 
@@ -203,7 +202,7 @@ def _misaligned(x, offset):
     view = x.view(np.uint16) if x.dtype == R.BF16 else x
     out = np.ndarray(view.shape, view.dtype, buffer=raw.data, offset=start)
     out[...] = view
-    return out
+    return out.view(x.dtype)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -218,24 +217,14 @@ def test_misaligned_input_buffers(dtype):
     for op, attrs, ref in cases:
         sess = make_session(make_model(op, 22, dtype, list(x.shape), attrs))
         for offset in (1, 2, 3, 4, 8, 12):
-            xm = _misaligned(x, offset)
-            if dtype == "bfloat16":
-                ov = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(xm, TensorProto.BFLOAT16)
-            else:
-                ov = ort.OrtValue.ortvalue_from_numpy(xm)
+            ov = to_ortvalue(_misaligned(x, offset))
             assert ov.data_ptr() % 64 == offset
             binding = sess.io_binding()
             binding.bind_ortvalue_input("X", ov)
             binding.bind_output("Y")
             with counts_one_run(op):
                 sess.run_with_iobinding(binding)
-            out = binding.get_outputs()[0]
-            if dtype == "bfloat16":
-                import ctypes
-                y = np.frombuffer(ctypes.string_at(out.data_ptr(), (2 * int(np.prod(out.shape())))), np.uint16)
-                y = y.view(R.BF16).reshape(out.shape())
-            else:
-                y = out.numpy()
+            y = from_ortvalue(binding.get_outputs()[0])
             R.assert_close(y, ref, dtype, R.input_scale(x), f"{op} {dtype} input at 64k+{offset}")
             CASE_COUNTS["huge/odd: misaligned inputs"] += 1
 
