@@ -4,11 +4,10 @@ from many threads at once, in sessions with different options.
 Every test first runs each input single-threaded and checks that result against the float64 reference, then runs
 the same inputs from 8 Python threads at once (InferenceSession.run releases the GIL) and requires every concurrent
 output to be bitwise identical to the single-threaded one, and the library's call counters to have moved by exactly
-the number of runs. ONNX_POOLS_CONCURRENCY_ITERS sets the runs per thread (default 30).
+the number of runs. --concurrency-iters N sets the runs per thread (default 30).
 """
 
 import ctypes
-import os
 import shutil
 import threading
 
@@ -20,11 +19,11 @@ from onnx import TensorProto, helper
 import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import CASE_COUNTS, IR_VERSION, make_model, make_session, rng_for, run_session
+from conftest import CASE_COUNTS, IR_VERSION, make_model, make_session, option, rng_for, run_session
 from test_properties import check_qlinear, qlinear_model
 
 THREADS = 8
-ITERS = int(os.environ.get("ONNX_POOLS_CONCURRENCY_ITERS", "30"))
+ITERS = option("concurrency_iters")
 INPUTS_PER_THREAD = 3
 
 

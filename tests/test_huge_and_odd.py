@@ -2,11 +2,10 @@
 
 * Non-finite inputs (+-inf, NaN) at every kind of position, subnormal inputs, values near the top of each type's
   range, misaligned input buffers, empty and degenerate shapes: each op against the float64 references.
-* More than 2^31 elements (64-bit index arithmetic): skipped unless ONNX_POOLS_HUGE=1 (needs ~7 GB of free memory,
-  a few minutes):  ONNX_POOLS_HUGE=1 PYTHONPATH=. python -m pytest tests/test_huge_and_odd.py -q -k huge -s
+* More than 2^31 elements (64-bit index arithmetic): marked `huge`, skipped unless selected (needs ~7 GB of free
+  memory, a few minutes):  PYTHONPATH=. python -m pytest tests/test_huge_and_odd.py -q -m huge -s
 """
 
-import os
 import time
 
 import numpy as np
@@ -311,8 +310,6 @@ def test_qlinear_small_planes_with_pads_larger_than_the_input(dtype):
 
 # --------------------------------------------------------------------------- more than 2^31 elements
 
-HUGE = os.environ.get("ONNX_POOLS_HUGE") == "1"
-huge = pytest.mark.skipif(not HUGE, reason="more than 2^31 elements (several GB): set ONNX_POOLS_HUGE=1")
 
 
 def _available_bytes():
@@ -348,7 +345,7 @@ def _log(msg, t0):
     print(f"[huge] {time.perf_counter() - t0:7.1f} s  {msg}", flush=True)
 
 
-@huge
+@pytest.mark.huge
 def test_huge_float16_global_pools():
     """float16 [2, 1, 2^30 + 1]: 2^31 + 2 elements, 4 GiB; the second channel starts at element 2^30 + 1 and ends past
     element 2^31 (byte offsets past 2^32). Values in [0, 1) with a block of 10s at the very end of each channel (2% of
@@ -391,7 +388,7 @@ def test_huge_float16_global_pools():
     CASE_COUNTS["huge: > 2^31 elements"] += 1
 
 
-@huge
+@pytest.mark.huge
 def test_huge_uint8_qlinear_average_pool():
     """uint8 with 3 * 715_900_000 = 2_147_700_000 > 2^31 elements (2 GiB), read as one NCHW plane [1, 1, T] (indices
     within a plane past 2^31) and as NHWC [1, T / 3, 3]; kernel 1024, stride 1024, ceil_mode (a partial last window).

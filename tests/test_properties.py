@@ -3,13 +3,11 @@ op, each example checked against the independent references (reference.py, refer
 have run on the library's kernel (onnx_pools.call_counts()).
 
 Reproducible by default: the "ci" profile is derandomized (the same examples on every run) with a bounded number
-of examples per test. Deeper runs:
-    ONNX_POOLS_HYPOTHESIS=deep PYTHONPATH=. python -m pytest tests/test_properties.py -q   # randomized, 2000 each
-    ONNX_POOLS_HYPOTHESIS_EXAMPLES=500 ...                                                # any profile, N each
+of examples per test. Deeper runs (the tests carry the `deep` marker; naming it in -m switches the profile):
+    PYTHONPATH=. python -m pytest tests/test_properties.py -q -m deep          # randomized, 2000 each
+    ... --property-examples 500                                                 # either profile, N each
 A failure prints the falsifying example and (deep profile) the @reproduce_failure blob.
 """
-
-import os
 
 import numpy as np
 import pytest
@@ -20,15 +18,16 @@ from onnx import TensorProto, helper, numpy_helper
 import reference as R
 import reference_qlinear as RQ
 from conftest import (ALL_DTYPES, CASE_COUNTS, IR_VERSION, _ORT_WRAPPER, counts_one_run, make_model, make_session,
-                      run_session)
+                      option, run_session, selected)
 
 _COMMON = dict(deadline=None, database=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 settings.register_profile("onnx_pools_ci", max_examples=250, derandomize=True, **_COMMON)
 settings.register_profile("onnx_pools_deep", max_examples=2000, derandomize=False, **_COMMON)
-_PROFILE = "onnx_pools_" + os.environ.get("ONNX_POOLS_HYPOTHESIS", "ci")
-_EXAMPLES = os.environ.get("ONNX_POOLS_HYPOTHESIS_EXAMPLES")
-SETTINGS = settings(settings.get_profile(_PROFILE), **({"max_examples": int(_EXAMPLES)} if _EXAMPLES else {}))
+_PROFILE = "onnx_pools_deep" if selected("deep") else "onnx_pools_ci"
+_EXAMPLES = option("property_examples")
+SETTINGS = settings(settings.get_profile(_PROFILE), **({"max_examples": _EXAMPLES} if _EXAMPLES else {}))
+pytestmark = pytest.mark.deep
 
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
 GLOBAL_OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
