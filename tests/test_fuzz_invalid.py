@@ -2,12 +2,10 @@
 op and the attribute or input at fault) or give the correct result (against the references), and never crash or
 hang the process.
 
-Cases run in worker subprocesses, batched (a worker runs a list of cases and reports each as a JSON line), so a
-crash or hang is caught instead of killing the test run: when a worker dies or stalls, the first unreported case
-is re-run alone to confirm it is the culprit, and the rest go on in a fresh worker.
+Cases run in worker subprocesses (fuzz_harness.py), so a crash or hang is caught instead of killing the test run.
 
-ONNX_POOLS_FUZZ_CASES (default 1500) and ONNX_POOLS_FUZZ_SEED (default 7) choose the cases; the generator is
-deterministic for a seed.
+The tests carry the `fuzz` marker. --fuzz-cases (default 1500) and --fuzz-seed (default 7) choose the cases; the
+generator is deterministic for a seed. --fuzz-timeout (default 60) is the time without progress that counts as a hang.
 
 Found by this fuzz and fixed: wrongly typed attributes silently ignored, run time proportional to the kernel length
 (a 2^40 window ran for hours), int64 overflow of pad_begin + stride (out-of-bounds access, a segfault), an output
@@ -16,29 +14,21 @@ stay below as regression tests.
 """
 
 import base64
-import json
 import math
 import os
-import pickle
-import queue
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import ALL_DTYPES, CASE_COUNTS, IR_VERSION, ONNX_TYPES
+from conftest import ALL_DTYPES, CASE_COUNTS, IR_VERSION, ONNX_TYPES, option
+from fuzz_harness import SANITIZER_REPORTS, run_cases
 from test_properties import SUBNORMAL, check_qlinear
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-N_CASES = int(os.environ.get("ONNX_POOLS_FUZZ_CASES", "1500"))
-SEED = int(os.environ.get("ONNX_POOLS_FUZZ_SEED", "7"))
-CASE_TIMEOUT = float(os.environ.get("ONNX_POOLS_FUZZ_TIMEOUT", "60"))  # seconds without progress = a hang
+pytestmark = pytest.mark.fuzz
 
 I64_MAX = 2 ** 63 - 1
 HUGE = [2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, 2 ** 32, 2 ** 40, 2 ** 62, I64_MAX]
@@ -49,199 +39,6 @@ OOM_WORDS = ("alloc", "memory", "64 bits")
 # Under AddressSanitizer (scripts/sanitize.sh) a failing multi-TB operator new inside ORT aborts the process instead
 # of throwing, so cases whose output cannot be allocated are left out there (they run in the normal suite).
 SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
-
-# --------------------------------------------------------------------------- the worker
-
-WORKER = r'''
-import base64, ctypes, json, os, pickle, sys
-import numpy as np
-import onnx_pools
-import onnxruntime
-from onnx import TensorProto
-from conftest import make_session
-onnxruntime.set_default_logger_severity(4)
-NAMES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
-         "tensor(bfloat16)": "bfloat16", "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(int32)": "int32"}
-
-
-def run(sess, feeds):
-    # IOBinding and raw bytes: an empty output keeps its shape even when numpy could not hold the dims
-    b = sess.io_binding()
-    for name, v in feeds.items():
-        v = np.ascontiguousarray(v)
-        if v.dtype.name == "bfloat16":
-            ov = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            ov = onnxruntime.OrtValue.ortvalue_from_numpy(v)
-        b.bind_ortvalue_input(name, ov)
-    for o in sess.get_outputs():
-        b.bind_output(o.name)
-    sess.run_with_iobinding(b)
-    outs = []
-    for ov in b.get_outputs():
-        size = {'tensor(float)': 4, 'tensor(double)': 8, 'tensor(float16)': 2, 'tensor(bfloat16)': 2,
-                'tensor(uint8)': 1, 'tensor(int8)': 1}[ov.data_type()]
-        n = size * int(np.prod(ov.shape()))
-        data = ctypes.string_at(ov.data_ptr(), n) if n else b""
-        outs.append({"dtype": NAMES.get(ov.data_type(), ov.data_type()), "shape": list(ov.shape()),
-                     "data": base64.b64encode(data).decode()})
-    return outs
-
-
-cases = pickle.load(open(sys.argv[1], "rb"))
-start = int(sys.argv[2])
-out = sys.stdout
-out.write(json.dumps({"ready": True}) + "\n")
-out.flush()
-for i in range(start, len(cases)):
-    case = cases[i]
-    hook = case.get("selftest")
-    if hook == "abort":
-        os.abort()
-    if hook == "hang":
-        import time
-        time.sleep(3600)
-    before = onnx_pools.call_counts()
-    rec = {"i": i}
-    try:
-        sess = make_session(case["model"], ops=case.get("ops"))
-        rec["outputs"] = run(sess, case["feeds"])
-        rec["status"] = "ok"
-    except Exception as e:
-        rec["status"] = "error"
-        rec["message"] = str(e)
-    after = onnx_pools.call_counts()
-    rec["counted"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-    out.write(json.dumps(rec) + "\n")
-    out.flush()
-'''
-
-
-def _env():
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
-def _start_worker(case_file, start, workdir):
-    """The worker's stderr goes to a file (a pipe nobody reads would fill and block it); see _stderr_tail."""
-    err = open(os.path.join(workdir, f"stderr.{start}.{os.path.basename(case_file)}.txt"), "w")
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, case_file, str(start)], cwd=workdir, env=_env(),
-                            stdout=subprocess.PIPE, stderr=err, text=True)
-    proc.stderr_path = err.name
-    err.close()
-    return proc
-
-
-def _stderr_tail(proc, n=4000):
-    with open(proc.stderr_path, errors="replace") as f:
-        return f.read()[-n:]
-
-
-STARTUP_TIMEOUT = 300  # seconds for a worker to import onnxruntime and load the cases
-
-
-def _drain(proc, timeout):
-    """Yields parsed result lines; yields ("stall", None) when no line came for `timeout` seconds (after the worker
-    said it is ready), ("eof", rc) at the end."""
-    q = queue.Queue()
-
-    def reader():
-        for line in proc.stdout:
-            q.put(line)
-        q.put(None)
-
-    threading.Thread(target=reader, daemon=True).start()
-    ready = False
-    while True:
-        try:
-            line = q.get(timeout=timeout if ready else STARTUP_TIMEOUT)
-        except queue.Empty:
-            yield "stall", None
-            return
-        if line is None:
-            yield "eof", proc.wait()
-            return
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # stray output
-        if rec.get("ready"):
-            ready = True
-        else:
-            yield "line", rec
-
-
-SANITIZER_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "AddressSanitizer: CHECK failed",
-                     "ERROR: LeakSanitizer")
-SANITIZER_REPORTS = []  # (worker stderr excerpt) of every worker whose stderr holds a sanitizer report
-
-
-def _scan_for_sanitizer_reports(text):
-    hits = [i for i in (text.find(m) for m in SANITIZER_MARKERS) if i >= 0]
-    if hits:
-        SANITIZER_REPORTS.append(text[max(0, min(hits) - 200):min(hits) + 3000])
-
-
-def run_cases(cases, workdir, timeout=CASE_TIMEOUT, confirm=True):
-    """Runs the cases in batched workers. Returns {index: record}; a crashing or hanging case gets
-    {"status": "crash"|"hang", "message": ...}, confirmed by running it alone (unless confirm=False).
-    A sanitizer report in a worker's stderr (a sanitizer build that does not abort) is kept in SANITIZER_REPORTS."""
-    case_file = os.path.join(workdir, "cases.pkl")
-    with open(case_file, "wb") as f:
-        pickle.dump(cases, f)
-    results, start = {}, 0
-    while start < len(cases):
-        proc = _start_worker(case_file, start, workdir)
-        event = None
-        for event, rec in _drain(proc, timeout):
-            if event == "line":
-                results[rec["i"]] = rec
-        if event == "stall":
-            proc.kill()
-            proc.wait()
-        stderr = _stderr_tail(proc)
-        _scan_for_sanitizer_reports(_stderr_tail(proc, 10 ** 7))
-        done = [i for i in range(start, len(cases)) if i in results]
-        nxt = max(done) + 1 if done else start
-        if nxt >= len(cases):
-            break
-        # the worker died or stalled on case `nxt`: confirm by running it alone
-        if confirm:
-            results[nxt] = _run_alone(case_file, nxt, workdir, timeout, stderr, stalled=(event == "stall"))
-        elif event == "stall":
-            results[nxt] = {"i": nxt, "status": "hang", "message": f"no result within {timeout:.0f} s"}
-        else:
-            results[nxt] = {"i": nxt, "status": "crash", "message": f"worker died; stderr:\n{stderr}"}
-        start = nxt + 1
-    return results
-
-
-def _run_alone(case_file, i, workdir, timeout, batch_stderr, stalled):
-    solo_file = case_file + f".{i}"
-    with open(case_file, "rb") as f:
-        cases = pickle.load(f)
-    with open(solo_file, "wb") as f:
-        pickle.dump([cases[i]], f)
-    proc = _start_worker(solo_file, 0, workdir)
-    rec, event, rc = None, None, None
-    for event, value in _drain(proc, timeout):
-        if event == "line":
-            rec = value
-        elif event == "eof":
-            rc = value
-    if event == "stall":
-        proc.kill()
-        proc.wait()
-        return {"i": i, "status": "hang", "message": f"no result within {timeout:.0f} s (alone, and in the batch)"}
-    stderr = _stderr_tail(proc)
-    if rec is not None and rc == 0:  # fine alone: the batch died here for another reason
-        rec = dict(rec)
-        rec["batch_failure"] = ("stalled" if stalled else "died") + " at this case in a batch; stderr:\n" + batch_stderr
-        return rec
-    return {"i": i, "status": "crash", "message": f"worker exit code {rc}; stderr:\n{stderr}"}
-
 
 # --------------------------------------------------------------------------- models
 
@@ -822,7 +619,7 @@ def _report(cases, results):
 
 
 def test_fuzz_invalid_combinations(tmp_path):
-    cases = gen_cases(N_CASES, SEED)
+    cases = gen_cases(option("fuzz_cases"), option("fuzz_seed"))
     del SANITIZER_REPORTS[:]
     results = run_cases(cases, str(tmp_path))
     assert not SANITIZER_REPORTS, "sanitizer report in a fuzz worker:\n" + SANITIZER_REPORTS[0]
@@ -872,7 +669,7 @@ def test_fast_reference_matches_reference():
         np.testing.assert_allclose(fast_lp_pool(x, out, pb, s, d, kk, 3), ref, rtol=1e-12)
 
 
-# --------------------------------------------------------------------------- known bugs (reported, kept failing)
+# --------------------------------------------------------------------------- regression cases
 
 
 def _attr(name, value, kind):
