@@ -1,7 +1,8 @@
 """Independent float64 reference for the pooling ops, written from the ONNX spec.
 
-Nothing here uses onnx.reference or the library. Geometry follows
-/work/shared/ORT-CUSTOM-OPS.md ("Semantics that trip implementations"):
+Nothing here uses onnx.reference or the library. Geometry, the rules where
+implementations most often go wrong (the README's "Behaviour where the spec is
+silent" says where the library and stock ORT differ):
 
 * auto_pad SAME_UPPER / SAME_LOWER: out = ceil(in / stride); total padding
   max(0, (out - 1) * stride + (k - 1) * dilation + 1 - in), the odd one at the

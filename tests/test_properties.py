@@ -117,8 +117,9 @@ def global_case(draw):
     if op == "GlobalLpPool" and draw(st.booleans()):
         p = draw(st.sampled_from(FLOAT_P)) if opset == 1 else draw(st.integers(1, 12))
         attrs["p"] = p
-    # a mean of values near the type's top overflows any same-type sum (BUG-7, test_huge_and_odd.py), and the float64
-    # reference's own sum for float64 inputs: GlobalAveragePool draws bounded values
+    # a mean of values near the type's top overflows a sum kept in the same type (test_huge_and_odd.py's
+    # test_global_average_near_the_top_of_the_range checks those inputs), and so would the float64 reference's own
+    # sum for float64 inputs: GlobalAveragePool draws bounded values
     spec = draw(value_spec(bounded=(op == "GlobalAveragePool")))
     style = draw(st.sampled_from(["static", "symbolic", "none"]))
     threads = draw(st.sampled_from([1, 2]))

@@ -4,8 +4,9 @@ Every randomized case is checked against the independent numpy reference in
 reference_qlinear.py (exactly, except within 1e-3 of a rounding tie, where one step is
 allowed) and against stock ONNX Runtime's own kernel (a session without the library).
 The fraction of elements identical to stock ORT is aggregated over all cases and
-reported by test_zz_identical_fraction_vs_stock_ort (asserted >= 99.9% over the cases with
-generic scale ratios; see there).
+reported by test_identical_fraction_vs_stock_ort (asserted >= 99.9% over the cases with
+generic scale ratios; see there), which runs in any order: it computes whatever comparison
+the parametrized tests have not made yet.
 """
 
 from __future__ import annotations
@@ -264,6 +265,7 @@ def stock_pads_negatively(case):
     return any(k < s for k, s in zip(case["attrs"]["kernel_shape"], strides))
 
 
+# per case id, shared by test_random_case and test_identical_fraction_vs_stock_ort (whichever runs first fills them)
 _LIB_RESULTS: dict[str, np.ndarray] = {}
 _STOCK_STATS: dict[str, tuple[int, int]] = {}
 
@@ -306,8 +308,9 @@ def test_random_case(case):
         _stock_compare(case, x, y)
 
 
-def test_zz_identical_fraction_vs_stock_ort(request):
-    """Aggregate over all cases (computes whatever the parametrized tests did not).
+def test_identical_fraction_vs_stock_ort(request):
+    """Aggregate over all cases (computes whatever the parametrized tests did not, so it does
+    not depend on running after them).
 
     Asserted: >= 99.9% identical over the cases with generic scale ratios. Cases whose
     y_scale / x_scale is 1 or a power of two ("tie-heavy") put many elements exactly on a
@@ -349,7 +352,7 @@ def test_zz_identical_fraction_vs_stock_ort(request):
     else:
         print(msg)
     assert fractions["generic scales"] >= 0.999, msg
-    # The issue's bar over every compared element, tie-heavy scales included: the library evaluates near-tie
+    # The same 99.9% bar over every compared element, tie-heavy scales included: the library evaluates near-tie
     # elements as ORT does, so this holds for it (stock ORT vs exact rounding alone would not).
     assert fractions["all"] >= 0.999, msg
 
