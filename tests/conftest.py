@@ -119,12 +119,14 @@ def make_model(op, opset, dtype, in_shape, attrs=None, domain="", node_name="nod
     T = ONNX_TYPES[dtype]
     attrs = dict(attrs or {})
     empty = [k for k, v in attrs.items() if isinstance(v, (list, tuple)) and len(v) == 0]
-    node = helper.make_node(op, ["X"], ["Y"], name=node_name, domain=domain,
-                            **{k: v for k, v in attrs.items() if k not in empty})
+    node = helper.make_node(
+        op, ["X"], ["Y"], name=node_name, domain=domain, **{k: v for k, v in attrs.items() if k not in empty}
+    )
     for k in empty:  # an empty INTS attribute (helper cannot infer its type)
         node.attribute.append(helper.make_attribute(k, [], attr_type=onnx.AttributeProto.INTS))
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info("X", T, in_shape)],
         [helper.make_tensor_value_info("Y", T, None)],
     )

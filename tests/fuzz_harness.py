@@ -24,7 +24,7 @@ from conftest import option
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # The worker: python -c WORKER CASE_FILE START, with tests/ on PYTHONPATH; runs cases[START:].
-WORKER = r'''
+WORKER = r"""
 import base64, ctypes, json, os, pickle, sys
 import numpy as np
 import onnx_pools
@@ -81,7 +81,7 @@ for i in range(start, len(cases)):
     rec["counted"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
     out.write(json.dumps(rec) + "\n")
     out.flush()
-'''
+"""
 
 
 def _env():
@@ -94,8 +94,14 @@ def _env():
 def _start_worker(case_file, start, workdir):
     """The worker's stderr goes to a file (a pipe nobody reads would fill and block it); see _stderr_tail."""
     err = open(os.path.join(workdir, f"stderr.{start}.{os.path.basename(case_file)}.txt"), "w")
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, case_file, str(start)], cwd=workdir, env=_env(),
-                            stdout=subprocess.PIPE, stderr=err, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, case_file, str(start)],
+        cwd=workdir,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
     proc.stderr_path = err.name
     err.close()
     return proc
@@ -140,15 +146,19 @@ def _drain(proc, timeout):
             yield "line", rec
 
 
-SANITIZER_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "AddressSanitizer: CHECK failed",
-                     "ERROR: LeakSanitizer")
+SANITIZER_MARKERS = (
+    "runtime error:",
+    "ERROR: AddressSanitizer",
+    "AddressSanitizer: CHECK failed",
+    "ERROR: LeakSanitizer",
+)
 SANITIZER_REPORTS = []  # (worker stderr excerpt) of every worker whose stderr holds a sanitizer report
 
 
 def _scan_for_sanitizer_reports(text):
     hits = [i for i in (text.find(m) for m in SANITIZER_MARKERS) if i >= 0]
     if hits:
-        SANITIZER_REPORTS.append(text[max(0, min(hits) - 200):min(hits) + 3000])
+        SANITIZER_REPORTS.append(text[max(0, min(hits) - 200) : min(hits) + 3000])
 
 
 def run_cases(cases, workdir, timeout=None, confirm=True):
@@ -172,7 +182,7 @@ def run_cases(cases, workdir, timeout=None, confirm=True):
             proc.kill()
             proc.wait()
         stderr = _stderr_tail(proc)
-        _scan_for_sanitizer_reports(_stderr_tail(proc, 10 ** 7))
+        _scan_for_sanitizer_reports(_stderr_tail(proc, 10**7))
         done = [i for i in range(start, len(cases)) if i in results]
         nxt = max(done) + 1 if done else start
         if nxt >= len(cases):

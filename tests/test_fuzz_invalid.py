@@ -30,8 +30,8 @@ from test_properties import SUBNORMAL, check_qlinear
 
 pytestmark = pytest.mark.fuzz
 
-I64_MAX = 2 ** 63 - 1
-HUGE = [2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, 2 ** 32, 2 ** 40, 2 ** 62, I64_MAX]
+I64_MAX = 2**63 - 1
+HUGE = [2**31 - 1, 2**31, 2**31 + 1, 2**32, 2**40, 2**62, I64_MAX]
 MAX_OUTPUT_ELEMENTS = 1 << 20  # valid cases with bigger outputs are not generated (they would really allocate)
 ALLOC_FAILS_BYTES = 1 << 40  # outputs this big cannot be allocated: a clear error is expected
 GEOMETRY = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
@@ -58,8 +58,9 @@ def float_model(op, opset, dtype, declared, attrs, x_type=None):
     for k, v in attrs.items():
         _set_attr(node, k, v)
     T = x_type if x_type is not None else ONNX_TYPES[dtype]
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", T, declared)],
-                          [helper.make_tensor_value_info("Y", T, None)])
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", T, declared)], [helper.make_tensor_value_info("Y", T, None)]
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = IR_VERSION
     return m.SerializeToString()
@@ -220,7 +221,7 @@ def _mutate_geometry(rng, attrs, n, qlinear):
         attrs["auto_pad"] = _pick(rng, GARBAGE + ["", "VALID", "SAME_LOWER", "SAME_UPPER"])
         return
     if name == "ceil_mode":
-        attrs["ceil_mode"] = _pick(rng, [2, -1, 2 ** 40, -(2 ** 63), 1])
+        attrs["ceil_mode"] = _pick(rng, [2, -1, 2**40, -(2**63), 1])
         return
     if r == 0 and name != "kernel_shape":
         attrs.pop(name, None)
@@ -230,7 +231,7 @@ def _mutate_geometry(rng, attrs, n, qlinear):
         attrs[name] = [1] * (n * per + _pick(rng, [-1, 1, 2, n * per]))
     elif r == 3:  # zero / negative
         v = list(_ints_or_none(attrs.get(name)) or [1] * (n * per))
-        v[int(rng.integers(len(v)))] = _pick(rng, [0, -1, -(2 ** 40), -I64_MAX - 1])
+        v[int(rng.integers(len(v)))] = _pick(rng, [0, -1, -(2**40), -I64_MAX - 1])
         attrs[name] = v
     else:  # huge values, sometimes with the other attributes made to fit them
         v = list(_ints_or_none(attrs.get(name)) or [1] * (n * per))
@@ -249,8 +250,17 @@ WRONG_TYPED = {
     "string": [("INT", 1), ("INTS", [1, 2]), ("FLOAT", 1.0)],
     "p": [("STRING", "2"), ("INTS", [2]), ("FLOATS", [2.0])],  # INT and FLOAT p are both accepted
 }
-KIND_OF = {"kernel_shape": "ints", "strides": "ints", "pads": "ints", "dilations": "ints", "ceil_mode": "int",
-           "count_include_pad": "int", "channels_last": "int", "auto_pad": "string", "p": "p"}
+KIND_OF = {
+    "kernel_shape": "ints",
+    "strides": "ints",
+    "pads": "ints",
+    "dilations": "ints",
+    "ceil_mode": "int",
+    "count_include_pad": "int",
+    "channels_last": "int",
+    "auto_pad": "string",
+    "p": "p",
+}
 
 
 def _wrong_type(rng, name):
@@ -277,8 +287,11 @@ def gen_float_case(rng):
         opset = _pick(rng, [1, 2, 11, 18, 22])
         n = int(rng.integers(1, 4))
         k = [int(rng.integers(1, 4)) for _ in range(n)]
-        attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(n)],
-                 "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)]}
+        attrs = {
+            "kernel_shape": k,
+            "strides": [int(rng.integers(1, 3)) for _ in range(n)],
+            "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)],
+        }
         spatial = [int(rng.integers(k[i], 7)) for i in range(n)]
     else:
         opset = _pick(rng, [1, 2, 13, 22])
@@ -293,14 +306,15 @@ def gen_float_case(rng):
             _mutate_geometry(rng, attrs, max(1, len(_ints_or_none(attrs.get("kernel_shape")) or [1])), qlinear=False)
         elif op in ("LpPool", "GlobalLpPool") and what < 0.75:
             if opset == 1:
-                attrs["p"] = float(_pick(rng, [0.0, -1.0, math.nan, math.inf, -math.inf, 1e-3, 1e30, 3.5, 1e-45,
-                                               -1e-45]))
+                attrs["p"] = float(
+                    _pick(rng, [0.0, -1.0, math.nan, math.inf, -math.inf, 1e-3, 1e30, 3.5, 1e-45, -1e-45])
+                )
             else:
-                attrs["p"] = _pick(rng, [0, -1, -(2 ** 40), 2 ** 40, I64_MAX, 1, 7, 2.5])  # a FLOAT p is accepted
+                attrs["p"] = _pick(rng, [0, -1, -(2**40), 2**40, I64_MAX, 1, 7, 2.5])  # a FLOAT p is accepted
         elif what < 0.85:  # the input: rank < 3, empty dims, 0 in N or C
             r = int(rng.integers(4))
             if r == 0:
-                shape = shape[:int(rng.integers(0, 3))]
+                shape = shape[: int(rng.integers(0, 3))]
             elif r == 1 and len(shape) > 2:
                 shape[int(rng.integers(2, len(shape)))] = 0
             elif len(shape) >= 2:
@@ -308,16 +322,25 @@ def gen_float_case(rng):
         elif what < 0.89:  # an attribute the op does not have: ignored
             attrs[_pick(rng, ["foo", "kernel", "storage_order", "count_include_pad"])] = _pick(rng, [1, [1, 2], "x"])
         elif what < 0.95 and op in ("LpPool", "GlobalLpPool"):  # an attribute of the wrong type
-            name = _pick(rng, (["kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode"]
-                               if op == "LpPool" else []) + ["p"])
+            name = _pick(
+                rng,
+                (["kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode"] if op == "LpPool" else [])
+                + ["p"],
+            )
             attrs[name] = _wrong_type(rng, name)
         else:  # an element type the op has no kernel for
             forced_error = True
             culprits |= {"implementation", "type", "Type"}
     declared = list(shape) if rng.random() < 0.5 else None
     x_type = TensorProto.INT32 if forced_error else None
-    case = {"op": op, "opset": opset, "dtype": dtype, "shape": shape, "attrs": attrs,
-            "model": float_model(op, opset, dtype, declared, attrs, x_type)}
+    case = {
+        "op": op,
+        "opset": opset,
+        "dtype": dtype,
+        "shape": shape,
+        "attrs": attrs,
+        "model": float_model(op, opset, dtype, declared, attrs, x_type),
+    }
     if forced_error:
         x = np.zeros(shape, np.int32)
         case.update(feeds={"X": x}, expect=("error", culprits))
@@ -335,16 +358,19 @@ def _p_value(attrs, opset):
     return float(np.float32(p)) if isinstance(p, float) else float(p)  # a FLOAT attribute is a float32
 
 
-
-
 def size_expectation(n, c, spatial, out, kernel, itemsize, qlinear):
     """What the sizes alone decide, as the library computes them (64-bit checked products of the output shape,
     the kernel, the separable passes' intermediates): ('error', culprits) | ('empty', None) | ('skip', why) | None
     (go on: compute the reference)."""
     inter = max(math.prod(spatial[:a]) * math.prod(out[a:]) for a in range(len(out)))
     total = n * c * math.prod(out)
-    if (math.prod(out) > I64_MAX or inter > I64_MAX or math.prod(kernel) > I64_MAX or n * c * math.prod(out) > I64_MAX
-            or (qlinear and inter * max(c, 1) * 8 > I64_MAX)):
+    if (
+        math.prod(out) > I64_MAX
+        or inter > I64_MAX
+        or math.prod(kernel) > I64_MAX
+        or n * c * math.prod(out) > I64_MAX
+        or (qlinear and inter * max(c, 1) * 8 > I64_MAX)
+    ):
         return "error", set(GEOMETRY) | {"64 bits"}
     if total == 0:
         return "empty", None
@@ -388,7 +414,8 @@ def _expect_float(op, opset, dtype, shape, attrs, x):
             return "value", np.zeros(shape[:2] + [1] * (len(shape) - 2))
         with np.errstate(all="ignore"):
             ref = {"GlobalAveragePool": R.global_average_pool, "GlobalMaxPool": R.global_max_pool}.get(
-                op, lambda v: R.global_lp_pool(v, p))(x)
+                op, lambda v: R.global_lp_pool(v, p)
+            )(x)
         return "value", ref
     try:
         out, pb, s, d, k, overflow = geometry(attrs, shape[2:])
@@ -410,15 +437,22 @@ def gen_qlinear_case(rng):
     n = int(rng.integers(1, 3))
     cl = int(rng.random() < 0.4)
     k = [int(rng.integers(1, 4)) for _ in range(n)]
-    attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(n)],
-             "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)]}
+    attrs = {
+        "kernel_shape": k,
+        "strides": [int(rng.integers(1, 3)) for _ in range(n)],
+        "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)],
+    }
     if cl or rng.random() < 0.3:
         attrs["channels_last"] = cl
     spatial = [int(rng.integers(k[i], 7)) for i in range(n)]
     N, C = int(rng.integers(1, 3)), int(rng.integers(1, 5))
     shape = [N] + (spatial + [C] if cl else [C] + spatial)
-    params = {"xs": np.array(0.05, np.float32), "xz": np.array(lo + 100, dtype), "ys": np.array(0.07, np.float32),
-              "yz": np.array(lo + 90, dtype)}
+    params = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(lo + 100, dtype),
+        "ys": np.array(0.07, np.float32),
+        "yz": np.array(lo + 90, dtype),
+    }
     names = ["X", "xs", "xz", "ys", "yz"]
     as_inputs = set(p for p in ("xs", "xz", "ys", "yz") if rng.random() < 0.3)
     extra_inputs = 0
@@ -428,7 +462,7 @@ def gen_qlinear_case(rng):
         if what < 0.4:
             _mutate_geometry(rng, attrs, max(1, len(_ints_or_none(attrs.get("kernel_shape")) or [1])), qlinear=True)
         elif what < 0.5:
-            attrs[_pick(rng, ["count_include_pad", "channels_last"])] = _pick(rng, [2, -1, 2 ** 40, 0, 1])
+            attrs[_pick(rng, ["count_include_pad", "channels_last"])] = _pick(rng, [2, -1, 2**40, 0, 1])
         elif what < 0.75:  # scales and zero points
             present = [p for p in ("xs", "ys", "xz", "yz") if p in names]
             if not present:
@@ -466,7 +500,7 @@ def gen_qlinear_case(rng):
         elif what < 0.85:  # the input
             r = int(rng.integers(3))
             if r == 0:
-                shape = shape[:int(rng.integers(0, 3))]
+                shape = shape[: int(rng.integers(0, 3))]
             elif len(shape) >= 3:
                 shape[_pick(rng, [0, len(shape) - 1 if cl else 1])] = 0
         elif what < 0.9:
@@ -475,15 +509,24 @@ def gen_qlinear_case(rng):
         elif what < 0.95:
             attrs[_pick(rng, ["foo", "dilation", "p"])] = _pick(rng, [1, [2, 2], "x"])
         else:  # an attribute of the wrong type
-            name = _pick(rng, ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad",
-                               "channels_last"])
+            name = _pick(
+                rng, ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad", "channels_last"]
+            )
             attrs[name] = _wrong_type(rng, name)
     declared = list(shape) if rng.random() < 0.5 else None
     model, feeds = qlinear_model_raw(dtype, declared, attrs, params, names, as_inputs, extra_inputs)
     x = rng.integers(lo, hi + 1, size=shape).astype(dtype)
-    case = {"op": "QLinearAveragePool", "dtype": dtype.name, "shape": shape, "attrs": attrs, "model": model,
-            "feeds": {"X": x, **feeds}, "ops": "all",
-            "params": {k: v.tolist() for k, v in params.items()}, "names": names}
+    case = {
+        "op": "QLinearAveragePool",
+        "dtype": dtype.name,
+        "shape": shape,
+        "attrs": attrs,
+        "model": model,
+        "feeds": {"X": x, **feeds},
+        "ops": "all",
+        "params": {k: v.tolist() for k, v in params.items()},
+        "names": names,
+    }
     forced = set().union(*forced_by.values()) if forced_by else None
     case["expect"] = expect_qlinear(x, shape, attrs, params, names, forced)
     return case
@@ -522,9 +565,20 @@ def _expect_qlinear(x, shape, attrs, params, names, forced=None):
     yz = int(params["yz"]) if "yz" in names else None
     try:
         with np.errstate(all="ignore"):
-            ref, pre = RQ.qlinear_average_pool(x, xs, xz, ys, yz, k, s, attrs.get("pads"), attrs.get("auto_pad", "NOTSET")
-                                               or "NOTSET", attrs.get("ceil_mode", 0),
-                                               attrs.get("count_include_pad", 0), cl)
+            ref, pre = RQ.qlinear_average_pool(
+                x,
+                xs,
+                xz,
+                ys,
+                yz,
+                k,
+                s,
+                attrs.get("pads"),
+                attrs.get("auto_pad", "NOTSET") or "NOTSET",
+                attrs.get("ceil_mode", 0),
+                attrs.get("count_include_pad", 0),
+                cl,
+            )
     except ValueError as e:
         if "empty window" in str(e):
             return "skip", "a window with no input element (README: gives y_zero_point; not in the reference)"
@@ -561,10 +615,17 @@ def _decode(o):
 
 
 def describe(case):
-    attrs = {k: (f"<{AttributeProto.AttributeType.Name(v.type)} {helper.get_attribute_value(v)!r}>"
-                 if isinstance(v, AttributeProto) else v) for k, v in case["attrs"].items()}
+    attrs = {
+        k: (
+            f"<{AttributeProto.AttributeType.Name(v.type)} {helper.get_attribute_value(v)!r}>"
+            if isinstance(v, AttributeProto)
+            else v
+        )
+        for k, v in case["attrs"].items()
+    }
     return f"{case['id']} {case['op']} {case.get('dtype')} x{case['shape']} attrs={attrs}" + (
-        f" params={case['params']} inputs={case['names']}" if "params" in case else "")
+        f" params={case['params']} inputs={case['names']}" if "params" in case else ""
+    )
 
 
 def judge(case, rec):
@@ -627,8 +688,16 @@ def test_fuzz_invalid_combinations(tmp_path):
     for i, case in enumerate(cases):
         valid = case["expect"][0] != "error"
         ran = results[i]["status"] == "ok"
-        CASE_COUNTS["fuzz: " + ("valid, ran, result checked" if ran else "valid, refused with a clear error" if valid
-                                else "invalid, clear error")] += 1
+        CASE_COUNTS[
+            "fuzz: "
+            + (
+                "valid, ran, result checked"
+                if ran
+                else "valid, refused with a clear error"
+                if valid
+                else "invalid, clear error"
+            )
+        ] += 1
     assert not bad, f"{len(bad)} of {len(cases)} fuzz cases misbehaved:\n" + "\n".join(bad[:25])
 
 
@@ -641,8 +710,11 @@ def test_harness_catches_crash_and_hang(tmp_path):
     good = gen_cases(3, 1)
     hang = {}
     (tmp_path / "hang").mkdir()
-    th = threading.Thread(target=lambda: hang.update(
-        run_cases([{**good[0], "selftest": "hang"}, good[1]], str(tmp_path / "hang"), timeout=1, confirm=False)))
+    th = threading.Thread(
+        target=lambda: hang.update(
+            run_cases([{**good[0], "selftest": "hang"}, good[1]], str(tmp_path / "hang"), timeout=1, confirm=False)
+        )
+    )
     th.start()
     cases = [good[0], {**good[1], "selftest": "abort"}, good[2]]
     results = run_cases(cases, str(tmp_path))
@@ -659,9 +731,13 @@ def test_fast_reference_matches_reference():
     for _ in range(40):
         n = int(rng.integers(1, 3))
         k = [int(rng.integers(1, 4)) for _ in range(n)]
-        attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 4)) for _ in range(n)],
-                 "dilations": [int(rng.integers(1, 3)) for _ in range(n)],
-                 "pads": [int(rng.integers(0, 4)) for _ in range(2 * n)], "ceil_mode": int(rng.integers(2))}
+        attrs = {
+            "kernel_shape": k,
+            "strides": [int(rng.integers(1, 4)) for _ in range(n)],
+            "dilations": [int(rng.integers(1, 3)) for _ in range(n)],
+            "pads": [int(rng.integers(0, 4)) for _ in range(2 * n)],
+            "ceil_mode": int(rng.integers(2)),
+        }
         spatial = [int(rng.integers(6, 10)) for _ in range(n)]
         x = rng.standard_normal([1, 2] + spatial)
         out, pb, s, d, kk, _ = geometry(attrs, spatial)
@@ -700,9 +776,14 @@ def test_wrong_attribute_types_are_errors(tmp_path):
     for op, opset, name, attr in WRONG_TYPES:
         if op == "QLinearAveragePool":
             attrs = {"kernel_shape": [2, 2], name: attr}
-            model, feeds = qlinear_model_raw(np.uint8, [1, 3, 4, 4], attrs,
-                                             {"xs": np.array(0.1, np.float32), "ys": np.array(0.1, np.float32)},
-                                             ["X", "xs", "", "ys"], set())
+            model, feeds = qlinear_model_raw(
+                np.uint8,
+                [1, 3, 4, 4],
+                attrs,
+                {"xs": np.array(0.1, np.float32), "ys": np.array(0.1, np.float32)},
+                ["X", "xs", "", "ys"],
+                set(),
+            )
             x = np.arange(48, dtype=np.uint8).reshape(1, 3, 4, 4)
             case = {"op": op, "model": model, "feeds": {"X": x}, "ops": "all"}
         else:
@@ -710,9 +791,13 @@ def test_wrong_attribute_types_are_errors(tmp_path):
             attrs[name] = attr
             x = R.to_dtype(np.random.default_rng(0).standard_normal([1, 3, 4, 4]), "float32")
             case = {"op": op, "model": float_model(op, opset, "float32", [1, 3, 4, 4], attrs), "feeds": {"X": x}}
-        case.update(id=f"wrong-type-{op}-{name}", dtype="float32", shape=[1, 3, 4, 4],
-                    attrs={name: AttributeProto.AttributeType.Name(attr.type)},
-                    expect=("error", {name}))
+        case.update(
+            id=f"wrong-type-{op}-{name}",
+            dtype="float32",
+            shape=[1, 3, 4, 4],
+            attrs={name: AttributeProto.AttributeType.Name(attr.type)},
+            expect=("error", {name}),
+        )
         cases.append(case)
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
@@ -724,25 +809,51 @@ def test_huge_kernel_windows_finish(tmp_path):
     pads and strides, or SAME padding) must give the right answer promptly, like any other small input (these once
     ran for hours)."""
     cases = []
-    K = 2 ** 40
+    K = 2**40
     x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 4)
-    for attrs in ({"kernel_shape": [K], "pads": [K, K], "strides": [K], "p": 1},
-                  {"kernel_shape": [K], "auto_pad": "SAME_UPPER", "p": 2}):
+    for attrs in (
+        {"kernel_shape": [K], "pads": [K, K], "strides": [K], "p": 1},
+        {"kernel_shape": [K], "auto_pad": "SAME_UPPER", "p": 2},
+    ):
         exp = expect_float("LpPool", 22, "float32", [1, 1, 4], attrs, x)
         assert exp[0] == "value"
-        cases.append({"id": f"lp-{attrs}", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 4], "attrs": attrs,
-                      "model": float_model("LpPool", 22, "float32", [1, 1, 4], attrs), "feeds": {"X": x},
-                      "expect": ("value", exp[1])})
+        cases.append(
+            {
+                "id": f"lp-{attrs}",
+                "op": "LpPool",
+                "dtype": "float32",
+                "shape": [1, 1, 4],
+                "attrs": attrs,
+                "model": float_model("LpPool", 22, "float32", [1, 1, 4], attrs),
+                "feeds": {"X": x},
+                "expect": ("value", exp[1]),
+            }
+        )
     q = np.arange(1, 5, dtype=np.uint8).reshape(1, 1, 4)
     attrs = {"kernel_shape": [K], "pads": [K, K], "strides": [K], "count_include_pad": 0}
-    model, _ = qlinear_model_raw(np.uint8, [1, 1, 4], attrs, {"xs": np.array(1.0, np.float32),
-                                                                "ys": np.array(1.0, np.float32)},
-                                 ["X", "xs", "", "ys"], set())
+    model, _ = qlinear_model_raw(
+        np.uint8,
+        [1, 1, 4],
+        attrs,
+        {"xs": np.array(1.0, np.float32), "ys": np.array(1.0, np.float32)},
+        ["X", "xs", "", "ys"],
+        set(),
+    )
     # windows: positions [-2^40, 0) then [0, 2^40): the second holds all four elements, mean 2.5 -> 2 (half to even)
     ref = np.array([[[0, 2]]], np.uint8)
-    cases.append({"id": "qlinear", "op": "QLinearAveragePool", "dtype": "uint8", "shape": [1, 1, 4], "attrs": attrs,
-                  "model": model, "feeds": {"X": q}, "ops": "all",
-                  "expect": ("qvalue", (ref, np.array([[[0.0, 2.5]]])))})
+    cases.append(
+        {
+            "id": "qlinear",
+            "op": "QLinearAveragePool",
+            "dtype": "uint8",
+            "shape": [1, 1, 4],
+            "attrs": attrs,
+            "model": model,
+            "feeds": {"X": q},
+            "ops": "all",
+            "expect": ("qvalue", (ref, np.array([[[0.0, 2.5]]]))),
+        }
+    )
     # one worker per case, side by side: a hang costs its timeout once
     results = {}
 
@@ -773,11 +884,20 @@ def test_small_fractional_p_accuracy(dtype, p):
 
 def test_output_size_overflow_error(tmp_path):
     """2^61 float outputs (element count fits int64, bytes do not): a clear error naming the op and the attribute."""
-    attrs = {"kernel_shape": [2, 2], "pads": [0, 0, 2 ** 31 + 1, 2 ** 30], "p": 2}
+    attrs = {"kernel_shape": [2, 2], "pads": [0, 0, 2**31 + 1, 2**30], "p": 2}
     x = np.ones([1, 1, 4, 2], np.float32)
-    cases = [{"id": "lp-bytes-overflow", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 4, 2], "attrs": attrs,
-              "model": float_model("LpPool", 22, "float32", [1, 1, 4, 2], attrs), "feeds": {"X": x},
-              "expect": ("error", set(GEOMETRY) | {"64 bits"})}]
+    cases = [
+        {
+            "id": "lp-bytes-overflow",
+            "op": "LpPool",
+            "dtype": "float32",
+            "shape": [1, 1, 4, 2],
+            "attrs": attrs,
+            "model": float_model("LpPool", 22, "float32", [1, 1, 4, 2], attrs),
+            "feeds": {"X": x},
+            "expect": ("error", set(GEOMETRY) | {"64 bits"}),
+        }
+    ]
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
     assert not bad, "\n".join(bad)
@@ -790,22 +910,48 @@ def test_extreme_strides_and_pads(tmp_path):
     cases = []
     x = np.array([[[1.0, 2.0, 4.0]]], np.float32)
     attrs = {"kernel_shape": [3], "strides": [I64_MAX], "pads": [2, 0], "p": 1}
-    cases.append({"id": "lp", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 3], "attrs": attrs,
-                  "model": float_model("LpPool", 22, "float32", [1, 1, 3], attrs), "feeds": {"X": x},
-                  "expect": ("value", np.array([[[1.0]]]))})
+    cases.append(
+        {
+            "id": "lp",
+            "op": "LpPool",
+            "dtype": "float32",
+            "shape": [1, 1, 3],
+            "attrs": attrs,
+            "model": float_model("LpPool", 22, "float32", [1, 1, 3], attrs),
+            "feeds": {"X": x},
+            "expect": ("value", np.array([[[1.0]]])),
+        }
+    )
     rng = np.random.default_rng(0)
-    params = {"xs": np.array(0.05, np.float32), "xz": np.array(-28, np.int8), "ys": np.array(0.07, np.float32),
-              "yz": np.array(-38, np.int8)}
-    for cl, spatial, k, st, pads in [(0, [5], [3], [I64_MAX], [2, 0]),
-                                     (0, [4, 6], [3, 2], [I64_MAX, 1], [2, 0, 0, 0]),
-                                     (1, [3, 3], [2, 3], [2, I64_MAX], [1, 2, 0, 1])]:
+    params = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(-28, np.int8),
+        "ys": np.array(0.07, np.float32),
+        "yz": np.array(-38, np.int8),
+    }
+    for cl, spatial, k, st, pads in [
+        (0, [5], [3], [I64_MAX], [2, 0]),
+        (0, [4, 6], [3, 2], [I64_MAX, 1], [2, 0, 0, 0]),
+        (1, [3, 3], [2, 3], [2, I64_MAX], [1, 2, 0, 1]),
+    ]:
         shape = [1] + (spatial + [3] if cl else [3] + spatial)
         q = rng.integers(-128, 128, shape).astype(np.int8)
         attrs = {"kernel_shape": k, "strides": st, "pads": pads, "channels_last": cl}
         model, _ = qlinear_model_raw(np.int8, shape, attrs, params, ["X", "xs", "xz", "ys", "yz"], set())
         ref, pre = RQ.qlinear_average_pool(q, 0.05, -28, 0.07, -38, k, st, pads, channels_last=cl)
-        cases.append({"id": f"qlinear-{len(cases)}", "op": "QLinearAveragePool", "dtype": "int8", "shape": shape,
-                      "attrs": attrs, "model": model, "feeds": {"X": q}, "ops": "all", "expect": ("qvalue", (ref, pre))})
+        cases.append(
+            {
+                "id": f"qlinear-{len(cases)}",
+                "op": "QLinearAveragePool",
+                "dtype": "int8",
+                "shape": shape,
+                "attrs": attrs,
+                "model": model,
+                "feeds": {"X": q},
+                "ops": "all",
+                "expect": ("qvalue", (ref, pre)),
+            }
+        )
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
     assert not bad, "\n".join(bad)
