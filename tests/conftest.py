@@ -72,7 +72,7 @@ def pytest_configure(config):
             config.addinivalue_line("markers", f"{name}: see pyproject.toml and the README's Developers section")
     expr = config.getoption("markexpr", "") or ""
     for name in list(OPT_IN) + list(MODES):
-        if re.search(rf"\b{name}\b", expr):
+        if re.search(rf"(?<!not )\b{name}\b", expr):  # named, and not as "not NAME"
             _SELECTED.add(name)
     for name, (_, variable) in OPT_IN.items():
         if variable and os.environ.get(variable):
