@@ -35,6 +35,7 @@ the dynamo exporter needs onnxscript, which is not installed here):
 The opset-22 GlobalLpPool model is written with onnx.helper (torch has no path to GlobalLpPool).
 Every model is checked with onnx.checker and for the pooling op(s) and element type it is meant to have.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -121,8 +122,12 @@ FAMILIES = {
     "cnn_lppool2d": (lambda: LPPool2dONNX(2, 3, stride=2), 2, (1, 8, 16, 16)),
     "cnn_lppool1d": (lambda: LPPool1dONNX(3, 2, stride=2), 1, (1, 8, 16)),
 }
-EXPECTED_OP = {"cnn_gap": "GlobalAveragePool", "cnn_gmp": "GlobalMaxPool",
-               "cnn_lppool2d": "LpPool", "cnn_lppool1d": "LpPool"}
+EXPECTED_OP = {
+    "cnn_gap": "GlobalAveragePool",
+    "cnn_gmp": "GlobalMaxPool",
+    "cnn_lppool2d": "LpPool",
+    "cnn_lppool1d": "LpPool",
+}
 
 
 def export_torch(family: str, tname: str) -> onnx.ModelProto:
@@ -137,8 +142,16 @@ def export_torch(family: str, tname: str) -> onnx.ModelProto:
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), f, dynamo=False, opset_version=OPSET_BF16 if tname == "bf16" else OPSET,
-                          input_names=["X"], output_names=["Y"], do_constant_folding=True)
+        torch.onnx.export(
+            model,
+            (x,),
+            f,
+            dynamo=False,
+            opset_version=OPSET_BF16 if tname == "bf16" else OPSET,
+            input_names=["X"],
+            output_names=["Y"],
+            do_constant_folding=True,
+        )
     m = onnx.load_from_string(f.getvalue())
     m.producer_name = "pytorch"
     m.doc_string = f"onnx-pools demo model {family}_{tname}: made by models/make_models.py"
@@ -155,12 +168,19 @@ def make_globallppool22(p: int = 3) -> onnx.ModelProto:
         helper.make_node("GlobalLpPool", ["R"], ["Y"], p=p, name="globallppool"),
     ]
     graph = helper.make_graph(
-        nodes, "globallppool_opset22",
+        nodes,
+        "globallppool_opset22",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 8, 16, 16])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 16, 1, 1])],
-        initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10,
-                          producer_name="onnx.helper", producer_version=onnx.__version__)
+        initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+    m = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 22)],
+        ir_version=10,
+        producer_name="onnx.helper",
+        producer_version=onnx.__version__,
+    )
     m.doc_string = "onnx-pools demo model globallppool_opset22_f32: made by models/make_models.py"
     return m
 
@@ -168,8 +188,10 @@ def make_globallppool22(p: int = 3) -> onnx.ModelProto:
 def check(m: onnx.ModelProto, op: str, elem_type: int, name: str) -> None:
     onnx.checker.check_model(m, full_check=True)
     inferred = onnx.shape_inference.infer_shapes(m)
-    types = {vi.name: vi.type.tensor_type.elem_type
-             for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)}
+    types = {
+        vi.name: vi.type.tensor_type.elem_type
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
+    }
     pools = [n for n in m.graph.node if n.op_type == op]
     if len(pools) != 1:
         raise SystemExit(f"{name}: expected one {op} node, found ops {[n.op_type for n in m.graph.node]}")
@@ -206,7 +228,9 @@ def main(argv=None) -> int:
         path = os.path.join(args.out, name + ".onnx")
         print(f"{path}  ({os.path.getsize(path)} bytes)")
     write_provenance(args.out, written)
-    print(f"torch {torch.__version__}, onnx {onnx.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    print(
+        f"torch {torch.__version__}, onnx {onnx.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}"
+    )
     return 0
 
 
@@ -233,7 +257,8 @@ def write_provenance(out, written):
             tool = f"torch.onnx.export, legacy exporter (dynamo=False), torch {torch.__version__}"
             what = DESCRIPTIONS[name.rsplit("_", 1)[0]]
         rows.append(f"| {name}.onnx | {tool} | {opset} | {what} | {ops} | `{sha[:16]}` |")
-    text = f"""# Provenance of the demo/test models made by make_models.py
+    text = (
+        f"""# Provenance of the demo/test models made by make_models.py
 
 All models below were written by one command, from the repository root:
 
@@ -260,11 +285,14 @@ Each model was checked with onnx.checker (full_check) and for its pooling op and
 
 | file | tool | opset | model | ONNX ops | sha256 (first 16) |
 |---|---|---|---|---|---|
-""" + "\n".join(rows) + """
+"""
+        + "\n".join(rows)
+        + """
 
 The quantized models (avgpool_float.onnx, avgpool_qop_uint8.onnx, avgpool_qop_int8.onnx) are made by
 make_quantized_models.py; see PROVENANCE_quantized.md.
 """
+    )
     with open(os.path.join(out, "PROVENANCE.md"), "w") as f:
         f.write(text)
 

@@ -47,7 +47,9 @@ def build_float_model() -> onnx.ModelProto:
         numpy_helper.from_array(b2, "conv2_b"),
     ]
     nodes = [
-        helper.make_node("Conv", ["X", "conv1_w", "conv1_b"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "Conv", ["X", "conv1_w", "conv1_b"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1, 1, 1, 1]
+        ),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
         helper.make_node(
             "AveragePool", ["r1"], ["p1"], name="pool1", kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0
@@ -55,8 +57,15 @@ def build_float_model() -> onnx.ModelProto:
         helper.make_node("Add", ["p1", "r1"], ["a1"], name="add1"),
         helper.make_node("Conv", ["a1", "conv2_w", "conv2_b"], ["c2"], name="conv2", kernel_shape=[1, 1]),
         helper.make_node(
-            "AveragePool", ["c2"], ["Y"], name="pool2", kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
-            ceil_mode=1, count_include_pad=1,
+            "AveragePool",
+            ["c2"],
+            ["Y"],
+            name="pool2",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            ceil_mode=1,
+            count_include_pad=1,
         ),
     ]
     graph = helper.make_graph(
@@ -108,7 +117,9 @@ def quantize(float_path, out_path, activation_type):
     domains = {o.domain: o.version for o in q.opset_import}
     assert "com.microsoft" in domains and domains.get("", domains.get("ai.onnx")) is not None, domains
     nodes = qlinear_avgpool_nodes(q)
-    assert len(nodes) == 2, f"expected 2 com.microsoft QLinearAveragePool nodes, got {[n.op_type for n in q.graph.node]}"
+    assert len(nodes) == 2, (
+        f"expected 2 com.microsoft QLinearAveragePool nodes, got {[n.op_type for n in q.graph.node]}"
+    )
     for n in nodes:
         assert len(n.input) == 5 and all(n.input), list(n.input)
     onnx.checker.check_model(q)
@@ -147,7 +158,8 @@ def main():
         "|---|---|",
         f"| python | {platform.python_version()} |",
         f"| onnx | {onnx.__version__} |",
-        f"| onnxruntime (quantize_static, QOperator format, MinMax calibration, 8 samples) | {onnxruntime.__version__} |",
+        "| onnxruntime (quantize_static, QOperator format, MinMax calibration, 8 samples) | "
+        f"{onnxruntime.__version__} |",
         f"| numpy | {np.__version__} |",
         "",
         "Float model: X 1x8x16x16 -> Conv 3x3 pad 1 -> Relu -> AveragePool 3x3 pad 1 -> Add(relu) -> Conv 1x1 ->",
@@ -160,7 +172,8 @@ def main():
     for tag in ("uint8", "int8"):
         ops, zps = summaries[tag]
         z = "; ".join(f"{name}: ({a}, {b})" for name, a, b in zps)
-        lines.append(f"| {QUANT_NAMES[tag]} | {tag} | `{sha256(os.path.join(HERE, QUANT_NAMES[tag]))}` | {', '.join(ops)} | {z} |")
+        digest = sha256(os.path.join(HERE, QUANT_NAMES[tag]))
+        lines.append(f"| {QUANT_NAMES[tag]} | {tag} | `{digest}` | {', '.join(ops)} | {z} |")
     with open(os.path.join(HERE, "PROVENANCE_quantized.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0

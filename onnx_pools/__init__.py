@@ -6,6 +6,7 @@
 Every GlobalAveragePool, GlobalMaxPool, GlobalLpPool, LpPool and com.microsoft.QLinearAveragePool node of the
 session then runs on this library's kernels.
 """
+
 import ctypes
 import os
 
@@ -20,7 +21,9 @@ TYPES_CONFIG_KEY = "onnx_pools.types"
 
 def get_library_path():
     """Path of the shared library to pass to SessionOptions.register_custom_ops_library."""
-    path = os.environ.get("ONNX_POOLS_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+    path = os.environ.get("ONNX_POOLS_LIBRARY") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME
+    )
     if not os.path.isfile(path):
         raise FileNotFoundError(f"onnx-pools library not found at {path}; install the package with 'pip install .'")
     return path
@@ -48,8 +51,10 @@ def _library():
 
 def _ops():
     lib = _library()
-    return [(lib.onnx_pools_op_name(i).decode(), lib.onnx_pools_op_domain(i).decode())
-            for i in range(lib.onnx_pools_op_count())]
+    return [
+        (lib.onnx_pools_op_name(i).decode(), lib.onnx_pools_op_domain(i).decode())
+        for i in range(lib.onnx_pools_op_count())
+    ]
 
 
 def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=True):
@@ -132,7 +137,7 @@ def _fields(buf):
             value, i = _varint(buf, i)
         elif wire == 2:
             size, i = _varint(buf, i)
-            value, i = buf[i:i + size], i + size
+            value, i = buf[i : i + size], i + size
         elif wire in (1, 5):
             value, i = None, i + (8 if wire == 1 else 4)
         else:
@@ -154,8 +159,10 @@ def _varint(buf, i):
 def _pool_fed_by_compute(nodes):
     """Whether a standard-domain pooling node takes its input from a node other than a Cast."""
     producers = {out: op for op, _, _, outputs in nodes for out in outputs}
-    return any(op in _POOLS and domain in ("", "ai.onnx") and inputs and producers.get(inputs[0], "Cast") != "Cast"
-               for op, domain, inputs, _ in nodes)
+    return any(
+        op in _POOLS and domain in ("", "ai.onnx") and inputs and producers.get(inputs[0], "Cast") != "Cast"
+        for op, domain, inputs, _ in nodes
+    )
 
 
 # ORT's NCHWc transformer keeps these in its blocked layout after a Conv; a global pool behind a chain of them

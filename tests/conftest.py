@@ -6,7 +6,7 @@ sys.path (rootdir-relative "prepend" import mode), so this module is the same ob
 
 import collections
 import contextlib
-import ctypes
+import os
 import re
 
 import numpy as np
@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx_pools
+from ort_values import from_ortvalue, to_ortvalue
 from reference import BF16, DTYPES
 
 ONNX_TYPES = {
@@ -29,6 +30,77 @@ IR_VERSION = min(onnx.IR_VERSION, 10)
 
 # number of randomized / generated cases actually run, reported at the end of the session
 CASE_COUNTS = collections.Counter()
+
+# --------------------------------------------------------------------------- markers and options
+# The markers are registered in pyproject.toml ([tool.pytest.ini_options]).
+# Opt-in markers: their tests are skipped unless the marker is named in -m (`pytest -m huge`), so a plain
+# `pytest tests` reports them as skipped. wheel and matrix are also switched on by the variables that
+# scripts/wheel_check.sh and scripts/ort_matrix.py read (and clear for the suites they run).
+OPT_IN = {
+    "huge": ("more than 2^31 elements, ~7 GB of memory, minutes", None),
+    "wheel": ("builds the wheel and runs the suite from it in a fresh venv", "ONNX_POOLS_WHEEL_CHECK"),
+    "matrix": ("runs the suite against several onnxruntime releases in fresh venvs", "ONNX_POOLS_ORT_MATRIX"),
+}
+# Mode markers: their tests run by default; naming the marker in -m selects them and switches them to a deeper mode.
+MODES = ("deep",)
+# test_packaging.py's slow checks, which carry no marker of their own: test name -> marker
+PACKAGING_MARKERS = {"test_wheel_check_script": "wheel", "test_ort_matrix": "matrix"}
+# Numeric knobs: --name on the command line, option("name") in the tests.
+OPTIONS = {
+    "fuzz_cases": (int, 1500, "number of generated cases in test_fuzz_invalid.py"),
+    "fuzz_seed": (int, 7, "seed of the fuzz case generator (deterministic for a seed)"),
+    "fuzz_timeout": (float, 60.0, "seconds without progress after which a fuzz worker counts as hung"),
+    "property_examples": (int, None, "examples per property test (default: 250, or 2000 with -m deep)"),
+    "concurrency_iters": (int, 30, "runs per thread in test_concurrency.py"),
+}
+_SELECTED = set()
+_CONFIG = None
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("onnx-pools")
+    for name, (kind, default, text) in OPTIONS.items():
+        group.addoption("--" + name.replace("_", "-"), dest=name, type=kind, default=default, help=text)
+
+
+def pytest_configure(config):
+    global _CONFIG
+    _CONFIG = config
+    registered = {line.split(":")[0].strip() for line in config.getini("markers")}
+    for name in [*OPT_IN, *MODES, "fuzz"]:
+        if name not in registered:  # a copy of tests/ run without pyproject.toml (scripts/wheel_check.sh)
+            config.addinivalue_line("markers", f"{name}: see pyproject.toml and the README's Developers section")
+    expr = config.getoption("markexpr", "") or ""
+    for name in list(OPT_IN) + list(MODES):
+        if re.search(rf"(?<!not )\b{name}\b", expr):  # named, and not as "not NAME"
+            _SELECTED.add(name)
+    for name, (_, variable) in OPT_IN.items():
+        if variable and os.environ.get(variable):
+            _SELECTED.add(name)
+        elif variable and name in _SELECTED:
+            os.environ[variable] = "1"  # read by test_packaging.py when it is imported
+
+
+def selected(name):
+    """Whether the marker `name` was named in -m (for the opt-in ones, also: switched on by its variable)."""
+    return name in _SELECTED
+
+
+def option(name):
+    """The value of --name (its default outside a pytest run, e.g. in a worker subprocess)."""
+    return _CONFIG.getoption(name) if _CONFIG is not None else OPTIONS[name][1]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection, which must see the markers added here
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        marker = PACKAGING_MARKERS.get(item.originalname)
+        if marker and item.path.name == "test_packaging.py" and not item.get_closest_marker(marker):
+            item.add_marker(marker)
+        for name, (why, variable) in OPT_IN.items():
+            if item.get_closest_marker(name) and name not in _SELECTED:
+                how = f"-m {name}" + (f" (or {variable}=1)" if variable else "")
+                item.add_marker(pytest.mark.skip(reason=f"{why}: select with {how}"))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -47,12 +119,14 @@ def make_model(op, opset, dtype, in_shape, attrs=None, domain="", node_name="nod
     T = ONNX_TYPES[dtype]
     attrs = dict(attrs or {})
     empty = [k for k, v in attrs.items() if isinstance(v, (list, tuple)) and len(v) == 0]
-    node = helper.make_node(op, ["X"], ["Y"], name=node_name, domain=domain,
-                            **{k: v for k, v in attrs.items() if k not in empty})
+    node = helper.make_node(
+        op, ["X"], ["Y"], name=node_name, domain=domain, **{k: v for k, v in attrs.items() if k not in empty}
+    )
     for k in empty:  # an empty INTS attribute (helper cannot infer its type)
         node.attribute.append(helper.make_attribute(k, [], attr_type=onnx.AttributeProto.INTS))
     graph = helper.make_graph(
-        [node], "g",
+        [node],
+        "g",
         [helper.make_tensor_value_info("X", T, in_shape)],
         [helper.make_tensor_value_info("Y", T, None)],
     )
@@ -88,24 +162,11 @@ def run_session(sess, feeds):
         return sess.run(None, feeds)
     b = sess.io_binding()
     for name, v in feeds.items():
-        v = np.ascontiguousarray(v)
-        if v.dtype == BF16:
-            ov = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            ov = ort.OrtValue.ortvalue_from_numpy(v)
-        b.bind_ortvalue_input(name, ov)
+        b.bind_ortvalue_input(name, to_ortvalue(np.ascontiguousarray(v)))
     for o in sess.get_outputs():
         b.bind_output(o.name)
     sess.run_with_iobinding(b)
-    res = []
-    for ov in b.get_outputs():
-        if ov.data_type() == "tensor(bfloat16)":
-            n = (2 * int(np.prod(ov.shape())))
-            raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
-            res.append(np.frombuffer(raw, np.uint16).view(BF16).reshape(ov.shape()).copy())
-        else:
-            res.append(ov.numpy())
-    return res
+    return [from_ortvalue(ov) for ov in b.get_outputs()]
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """Independent float64 reference for the pooling ops, written from the ONNX spec.
 
-Nothing here uses onnx.reference or the library. Geometry follows
-/work/shared/ORT-CUSTOM-OPS.md ("Semantics that trip implementations"):
+Nothing here uses onnx.reference or the library. Geometry, the rules where
+implementations most often go wrong (the README's "Behaviour where the spec is
+silent" says where the library and stock ORT differ):
 
 * auto_pad SAME_UPPER / SAME_LOWER: out = ceil(in / stride); total padding
   max(0, (out - 1) * stride + (k - 1) * dilation + 1 - in), the odd one at the
@@ -111,8 +112,7 @@ def global_lp_pool(x, p=2):
 # --------------------------------------------------------------------------- LpPool geometry
 
 
-def pool_geometry(in_spatial, kernel_shape, strides=None, pads=None, dilations=None,
-                  auto_pad="NOTSET", ceil_mode=0):
+def pool_geometry(in_spatial, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0):
     """Returns (out_spatial, pads_begin, pads_end) per the spec (see module doc)."""
     n = len(in_spatial)
     k = list(kernel_shape)
@@ -149,15 +149,12 @@ def pool_geometry(in_spatial, kernel_shape, strides=None, pads=None, dilations=N
     return out, pb, pe
 
 
-def output_shape(in_shape, kernel_shape, strides=None, pads=None, dilations=None,
-                 auto_pad="NOTSET", ceil_mode=0):
-    out, _, _ = pool_geometry(list(in_shape[2:]), kernel_shape, strides, pads, dilations,
-                              auto_pad, ceil_mode)
+def output_shape(in_shape, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0):
+    out, _, _ = pool_geometry(list(in_shape[2:]), kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     return tuple(in_shape[:2]) + tuple(out)
 
 
-def lp_pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET",
-            ceil_mode=0, p=2):
+def lp_pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0, p=2):
     """LpPool in float64: y = (sum over the window's input elements of |x|^p)^(1/p)."""
     x = to_f64(x)
     in_sp = list(x.shape[2:])

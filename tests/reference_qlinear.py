@@ -1,6 +1,6 @@
 """Independent numpy reference for com.microsoft.QLinearAveragePool.
 
-Semantics (see shared/ORT-CUSTOM-OPS.md):
+Semantics (ONNX Runtime's contrib op definition; the README's QLinearAveragePool notes):
   * dequantize every input element as float32(x_scale * (x - x_zero_point));
   * sum over the window's input elements (padding adds nothing);
   * divide by the count: prod(kernel_shape) when count_include_pad=1, otherwise the

@@ -4,11 +4,10 @@ from many threads at once, in sessions with different options.
 Every test first runs each input single-threaded and checks that result against the float64 reference, then runs
 the same inputs from 8 Python threads at once (InferenceSession.run releases the GIL) and requires every concurrent
 output to be bitwise identical to the single-threaded one, and the library's call counters to have moved by exactly
-the number of runs. ONNX_POOLS_CONCURRENCY_ITERS sets the runs per thread (default 30).
+the number of runs. --concurrency-iters N sets the runs per thread (default 30).
 """
 
 import ctypes
-import os
 import shutil
 import threading
 
@@ -20,11 +19,11 @@ from onnx import TensorProto, helper
 import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import CASE_COUNTS, IR_VERSION, make_model, make_session, rng_for, run_session
+from conftest import CASE_COUNTS, IR_VERSION, make_model, make_session, option, rng_for, run_session
 from test_properties import check_qlinear, qlinear_model
 
 THREADS = 8
-ITERS = int(os.environ.get("ONNX_POOLS_CONCURRENCY_ITERS", "30"))
+ITERS = option("concurrency_iters")
 INPUTS_PER_THREAD = 3
 
 
@@ -86,6 +85,7 @@ def _float_check(op, dtype, reference):
             np.testing.assert_array_equal(R.to_f64(y), R.to_f64(R.to_dtype(ref, dtype)), err_msg=what)
         else:
             R.assert_close(y, ref, dtype, R.input_scale(x), what)
+
     return check
 
 
@@ -118,9 +118,20 @@ def _qlinear_family(name, dtype, attrs, shape_fn, params, threads):
 
     def check(y, feeds, what):
         k = attrs["kernel_shape"]
-        ref, pre = RQ.qlinear_average_pool(feeds["X"], xs, xz, ys, yz, k, attrs.get("strides"), attrs.get("pads"),
-                                           attrs.get("auto_pad", "NOTSET"), attrs.get("ceil_mode", 0),
-                                           attrs.get("count_include_pad", 0), cl)
+        ref, pre = RQ.qlinear_average_pool(
+            feeds["X"],
+            xs,
+            xz,
+            ys,
+            yz,
+            k,
+            attrs.get("strides"),
+            attrs.get("pads"),
+            attrs.get("auto_pad", "NOTSET"),
+            attrs.get("ceil_mode", 0),
+            attrs.get("count_include_pad", 0),
+            cl,
+        )
         check_qlinear(y, ref, pre, what)
 
     return Family(name, "QLinearAveragePool", build, make_input, None, check)
@@ -129,21 +140,72 @@ def _qlinear_family(name, dtype, attrs, shape_fn, params, threads):
 def _families():
     lp_kw = dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 2], ceil_mode=1, p=2)
     return [
-        _float_family("GlobalAveragePool-f32", "GlobalAveragePool", 22, "float32", {},
-                      lambda t, i: [1 + (t + i) % 3, 16, 20 + t, 17 + 3 * i], R.global_average_pool, threads=2),
-        _float_family("GlobalMaxPool-f16", "GlobalMaxPool", 13, "float16", {},
-                      lambda t, i: [1 + i, 8 + t, 33 + 7 * t + i], R.global_max_pool, threads=1),
-        _float_family("GlobalLpPool-bf16", "GlobalLpPool", 22, "bfloat16", {"p": 3},
-                      lambda t, i: [2, 5 + t, 9, 11 + i], lambda x: R.global_lp_pool(x, 3), threads=2),
-        _float_family("LpPool-f64", "LpPool", 18, "float64", dict(lp_kw),
-                      lambda t, i: [2, 3, 10 + t, 12 + i], lambda x: R.lp_pool(x, **lp_kw), threads=2),
-        _float_family("LpPool-f32", "LpPool", 22, "float32", {"kernel_shape": [2, 2], "p": 3},
-                      lambda t, i: [1, 4 + i, 9 + t, 13], lambda x: R.lp_pool(x, [2, 2], p=3), threads=1),
-        _qlinear_family("QLinearAveragePool-u8-nhwc", np.uint8,
-                        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1, "channels_last": 1},
-                        lambda t, i: [1 + i % 2, 9 + t, 8 + i, 16], (0.05, 128, 0.07, 120), threads=2),
-        _qlinear_family("QLinearAveragePool-s8-nchw", np.int8, {"kernel_shape": [2, 3], "strides": [2, 2]},
-                        lambda t, i: [2, 5, 7 + t, 9 + i], (0.031, -3, 0.02, 5), threads=1),
+        _float_family(
+            "GlobalAveragePool-f32",
+            "GlobalAveragePool",
+            22,
+            "float32",
+            {},
+            lambda t, i: [1 + (t + i) % 3, 16, 20 + t, 17 + 3 * i],
+            R.global_average_pool,
+            threads=2,
+        ),
+        _float_family(
+            "GlobalMaxPool-f16",
+            "GlobalMaxPool",
+            13,
+            "float16",
+            {},
+            lambda t, i: [1 + i, 8 + t, 33 + 7 * t + i],
+            R.global_max_pool,
+            threads=1,
+        ),
+        _float_family(
+            "GlobalLpPool-bf16",
+            "GlobalLpPool",
+            22,
+            "bfloat16",
+            {"p": 3},
+            lambda t, i: [2, 5 + t, 9, 11 + i],
+            lambda x: R.global_lp_pool(x, 3),
+            threads=2,
+        ),
+        _float_family(
+            "LpPool-f64",
+            "LpPool",
+            18,
+            "float64",
+            dict(lp_kw),
+            lambda t, i: [2, 3, 10 + t, 12 + i],
+            lambda x: R.lp_pool(x, **lp_kw),
+            threads=2,
+        ),
+        _float_family(
+            "LpPool-f32",
+            "LpPool",
+            22,
+            "float32",
+            {"kernel_shape": [2, 2], "p": 3},
+            lambda t, i: [1, 4 + i, 9 + t, 13],
+            lambda x: R.lp_pool(x, [2, 2], p=3),
+            threads=1,
+        ),
+        _qlinear_family(
+            "QLinearAveragePool-u8-nhwc",
+            np.uint8,
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1, "channels_last": 1},
+            lambda t, i: [1 + i % 2, 9 + t, 8 + i, 16],
+            (0.05, 128, 0.07, 120),
+            threads=2,
+        ),
+        _qlinear_family(
+            "QLinearAveragePool-s8-nchw",
+            np.int8,
+            {"kernel_shape": [2, 3], "strides": [2, 2]},
+            lambda t, i: [2, 5, 7 + t, 9 + i],
+            (0.031, -3, 0.02, 5),
+            threads=1,
+        ),
     ]
 
 
@@ -201,7 +263,8 @@ def _concurrent(families):
     after = onnx_pools.call_counts()
     assert not errors, f"{len(errors)} threads raised; first: thread {errors[0][0]}: {errors[0][1]!r}"
     CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"] = max(
-        CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"], IN_FLIGHT.peak)
+        CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"], IN_FLIGHT.peak
+    )
     moved = {op: after[op] - before[op] for op in after}
     return moved, runs, mismatches
 
@@ -234,9 +297,15 @@ def test_all_families_at_once_from_8_threads():
 
 def _multi_op_model(ops_and_attrs, dtype="float32", opset=22):
     T = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
-    nodes = [helper.make_node(op, ["X"], [f"Y{i}"], name=f"n{i}", **attrs) for i, (op, attrs) in enumerate(ops_and_attrs)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", T, ["N", "C", "H", "W"])],
-                          [helper.make_tensor_value_info(f"Y{i}", T, None) for i in range(len(nodes))])
+    nodes = [
+        helper.make_node(op, ["X"], [f"Y{i}"], name=f"n{i}", **attrs) for i, (op, attrs) in enumerate(ops_and_attrs)
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", T, ["N", "C", "H", "W"])],
+        [helper.make_tensor_value_info(f"Y{i}", T, None) for i in range(len(nodes))],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = IR_VERSION
     return m
@@ -266,6 +335,7 @@ def _session(model, so):
 def _float_input(shape, dtype="float32"):
     def make(rng, t):
         return {"X": R.to_dtype(rng.standard_normal([shape[0], shape[1] + t % 3] + shape[2:]) + 0.5, dtype)}
+
     return make
 
 
@@ -285,7 +355,9 @@ def library_copy(tmp_path_factory):
     lib.onnx_pools_op_name.argtypes = [ctypes.c_int]
 
     def counts():
-        return {lib.onnx_pools_op_name(i).decode(): lib.onnx_pools_call_count(i) for i in range(lib.onnx_pools_op_count())}
+        return {
+            lib.onnx_pools_op_name(i).decode(): lib.onnx_pools_call_count(i) for i in range(lib.onnx_pools_op_count())
+        }
 
     return path, counts
 
@@ -301,25 +373,66 @@ def _setups(library_copy):
     setups = []
 
     so = onnx_pools.session_options(_options(threads=2))
-    setups.append(Setup("default options, 2 intra-op threads", _session(two, so), _float_input([2, 16, 12, 10]),
-                        _refs(gap, gmp), {"GlobalAveragePool": 1, "GlobalMaxPool": 1}))
+    setups.append(
+        Setup(
+            "default options, 2 intra-op threads",
+            _session(two, so),
+            _float_input([2, 16, 12, 10]),
+            _refs(gap, gmp),
+            {"GlobalAveragePool": 1, "GlobalMaxPool": 1},
+        )
+    )
     so = onnx_pools.session_options(_options(), ops=["GlobalMaxPool"])
-    setups.append(Setup("ops=[GlobalMaxPool] (GlobalAveragePool on ORT)", _session(two, so),
-                        _float_input([1, 8, 9, 9]), _refs(gap, gmp), {"GlobalMaxPool": 1}))
-    setups.append(Setup("no library (stock ORT)", _session(two, _options()), _float_input([2, 4, 7, 7]),
-                        _refs(gap, gmp), {}))
+    setups.append(
+        Setup(
+            "ops=[GlobalMaxPool] (GlobalAveragePool on ORT)",
+            _session(two, so),
+            _float_input([1, 8, 9, 9]),
+            _refs(gap, gmp),
+            {"GlobalMaxPool": 1},
+        )
+    )
+    setups.append(
+        Setup("no library (stock ORT)", _session(two, _options()), _float_input([2, 4, 7, 7]), _refs(gap, gmp), {})
+    )
     so = onnx_pools.session_options(_options(inter_op_num_threads=3, execution_mode=ort.ExecutionMode.ORT_PARALLEL))
-    setups.append(Setup("ORT_PARALLEL, 3 library nodes per run", _session(three, so), _float_input([2, 6, 11, 13]),
-                        _refs(gap, gmp, glp), {"GlobalAveragePool": 1, "GlobalMaxPool": 1, "GlobalLpPool": 1}))
-    so = onnx_pools.session_options(_options(graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                                             enable_cpu_mem_arena=False, enable_mem_pattern=False))
-    setups.append(Setup("optimizations and arena off, float16 LpPool", _session(lp16, so),
-                        _float_input([1, 3, 10, 9], "float16"),
-                        _refs(lambda x: R.lp_pool(x, [3, 2], [1, 2], p=3)), {"LpPool": 1}))
+    setups.append(
+        Setup(
+            "ORT_PARALLEL, 3 library nodes per run",
+            _session(three, so),
+            _float_input([2, 6, 11, 13]),
+            _refs(gap, gmp, glp),
+            {"GlobalAveragePool": 1, "GlobalMaxPool": 1, "GlobalLpPool": 1},
+        )
+    )
+    so = onnx_pools.session_options(
+        _options(
+            graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            enable_cpu_mem_arena=False,
+            enable_mem_pattern=False,
+        )
+    )
+    setups.append(
+        Setup(
+            "optimizations and arena off, float16 LpPool",
+            _session(lp16, so),
+            _float_input([1, 3, 10, 9], "float16"),
+            _refs(lambda x: R.lp_pool(x, [3, 2], [1, 2], p=3)),
+            {"LpPool": 1},
+        )
+    )
     so = _options(threads=2)
     so.register_custom_ops_library(copy_path)
-    setups.append(Setup("second copy of the library", _session(lp32, so), _float_input([2, 5, 8, 9]),
-                        _refs(lambda x: R.lp_pool(x, [2, 2], pads=[1, 0, 0, 1], p=1)), {}, {"LpPool": 1}))
+    setups.append(
+        Setup(
+            "second copy of the library",
+            _session(lp32, so),
+            _float_input([2, 5, 8, 9]),
+            _refs(lambda x: R.lp_pool(x, [2, 2], pads=[1, 0, 0, 1], p=1)),
+            {},
+            {"LpPool": 1},
+        )
+    )
     qmodel, _ = qlinear_model(np.uint8, ["N", "C", "H", "W"], {"kernel_shape": [2, 2], "ceil_mode": 1}, 0.1, 7, 0.13, 3)
     so = onnx_pools.session_options(_options(threads=2), ops="all")
 
@@ -329,8 +442,7 @@ def _setups(library_copy):
     def q_ref(x):
         return [RQ.qlinear_average_pool(x, 0.1, 7, 0.13, 3, [2, 2], ceil_mode=1)]
 
-    setups.append(Setup("ops=all, QLinearAveragePool", _session(qmodel, so), q_input, q_ref,
-                        {"QLinearAveragePool": 1}))
+    setups.append(Setup("ops=all, QLinearAveragePool", _session(qmodel, so), q_input, q_ref, {"QLinearAveragePool": 1}))
     return setups
 
 
@@ -376,7 +488,8 @@ def test_sessions_with_different_options_concurrently(library_copy):
     a, ac = onnx_pools.call_counts(), copy_counts()
     assert not errors, f"{len(errors)} threads raised; first: thread {errors[0][0]}: {errors[0][1]!r}"
     CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"] = max(
-        CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"], IN_FLIGHT.peak)
+        CASE_COUNTS["concurrency: most runs in flight at once (max over tests)"], IN_FLIGHT.peak
+    )
     assert not mismatches, f"{len(mismatches)} concurrent outputs differ from single-threaded; first: {mismatches[:3]}"
     want, want_copy = {op: 0 for op in a}, {op: 0 for op in ac}
     for s in setups:

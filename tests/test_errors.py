@@ -11,7 +11,7 @@ import pytest
 from conftest import CASE_COUNTS, expect_error, make_model
 
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
-I64_MAX = 2 ** 63 - 1
+I64_MAX = 2**63 - 1
 
 # (id, op, opset, attrs, input shape, pattern)
 CASES = []
@@ -50,8 +50,14 @@ S4 = [1, 2, 4, 4]
 for opset in (1, 2, 11, 18, 22):
     p = 2.0 if opset == 1 else 2
     case(f"LpPool-{opset}-no-kernel_shape", "LpPool", opset, {"p": p}, S4, r"LpPool.*kernel_shape")
-    case(f"LpPool-{opset}-no-kernel_shape-strides", "LpPool", opset, {"p": p, "strides": [1, 1]}, S4,
-         r"LpPool.*kernel_shape")
+    case(
+        f"LpPool-{opset}-no-kernel_shape-strides",
+        "LpPool",
+        opset,
+        {"p": p, "strides": [1, 1]},
+        S4,
+        r"LpPool.*kernel_shape",
+    )
 
 K = {"kernel_shape": [2, 2]}
 LP = [
@@ -81,22 +87,33 @@ LP = [
     ("auto_pad-SAME", dict(K, auto_pad="SAME"), S4, "auto_pad"),
     ("auto_pad-lowercase", dict(K, auto_pad="same_upper"), S4, "auto_pad"),
     # 64-bit overflow
-    ("kernel_shape-2^62", {"kernel_shape": [2 ** 62, 2 ** 62]}, S4, "kernel_shape"),
+    ("kernel_shape-2^62", {"kernel_shape": [2**62, 2**62]}, S4, "kernel_shape"),
     ("kernel_shape-i64max", {"kernel_shape": [I64_MAX, 2]}, S4, "kernel_shape"),
-    ("kernel_shape-2^62-with-pads", {"kernel_shape": [2 ** 62, 2], "pads": [2 ** 62, 0, 2 ** 62, 0]}, S4,
-     "(kernel_shape|pads)"),
+    (
+        "kernel_shape-2^62-with-pads",
+        {"kernel_shape": [2**62, 2], "pads": [2**62, 0, 2**62, 0]},
+        S4,
+        "(kernel_shape|pads)",
+    ),
     ("pads-near-2^63", dict(K, pads=[I64_MAX, 0, 0, 0]), S4, "pads"),
-    ("pads-sum-overflow", dict(K, pads=[2 ** 62, 0, 2 ** 62, 0]), S4, "pads"),
+    ("pads-sum-overflow", dict(K, pads=[2**62, 0, 2**62, 0]), S4, "pads"),
     ("pads-end-near-2^63", dict(K, pads=[0, 0, 0, I64_MAX - 2]), S4, "pads"),
-    ("dilations-2^62", dict(K, dilations=[2 ** 62, 1]), S4, "(dilations|kernel)"),
+    ("dilations-2^62", dict(K, dilations=[2**62, 1]), S4, "(dilations|kernel)"),
     ("dilations-i64max", {"kernel_shape": [3, 2], "dilations": [I64_MAX, 1]}, S4, "(dilations|kernel)"),
 ]
 for id_, attrs, shape, what in LP:
     for opset in (2, 22):
         case(f"LpPool-{opset}-{id_}", "LpPool", opset, dict(attrs, p=2), shape, rf"LpPool.*{what}")
 # a few also at opset 1 (FLOAT p)
-OPSET1_IDS = {"kernel_shape-short", "kernel_shape-long", "strides-short", "pads-negative",
-              "kernel-larger-than-input", "auto_pad-unknown", "pads-sum-overflow"}
+OPSET1_IDS = {
+    "kernel_shape-short",
+    "kernel_shape-long",
+    "strides-short",
+    "pads-negative",
+    "kernel-larger-than-input",
+    "auto_pad-unknown",
+    "pads-sum-overflow",
+}
 for id_, attrs, shape, what in [c for c in LP if c[0] in OPSET1_IDS]:
     case(f"LpPool-1-{id_}", "LpPool", 1, dict(attrs, p=2.0), shape, rf"LpPool.*{what}")
 

@@ -5,6 +5,7 @@ Outputs are checked against float64 numpy references and the library's call coun
 The extensions ops used: ai.onnx.contrib NegPos (x -> min(x, 0), max(x, 0)) and SegmentSum (sums of
 consecutive-id row segments).
 """
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -15,7 +16,9 @@ import reference as R
 from conftest import IR_VERSION, counts_one_run, rng_for
 from reference_qlinear import near_tie, qlinear_average_pool
 
-ext = pytest.importorskip("onnxruntime_extensions", reason="onnxruntime-extensions is not installed (pip install '.[test]')")
+ext = pytest.importorskip(
+    "onnxruntime_extensions", reason="onnxruntime-extensions is not installed (pip install '.[test]')"
+)
 
 CONTRIB = "ai.onnx.contrib"
 ORDERS = ["onnx_pools_first", "extensions_first"]
@@ -143,7 +146,8 @@ def test_ort_fusions_still_resolve(order):
     sess = _session(model, order, opt_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     (y,) = _sess_run_counted(sess, {"X": x}, "GlobalMaxPool")
     (y_stock,) = _session(model, order, ours=False, opt_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL).run(
-        None, {"X": x})
+        None, {"X": x}
+    )
     np.testing.assert_array_equal(y, y_stock)
 
 
@@ -154,17 +158,27 @@ Q_ATTRS = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_inc
 
 def qlinear_model():
     """X -> NegPos -> pos -> QuantizeLinear -> com.microsoft.QLinearAveragePool -> DequantizeLinear -> Y."""
-    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [XS]), helper.make_tensor("xz", TensorProto.UINT8, [], [XZ]),
-             helper.make_tensor("ys", TensorProto.FLOAT, [], [YS]), helper.make_tensor("yz", TensorProto.UINT8, [], [YZ])]
+    inits = [
+        helper.make_tensor("xs", TensorProto.FLOAT, [], [XS]),
+        helper.make_tensor("xz", TensorProto.UINT8, [], [XZ]),
+        helper.make_tensor("ys", TensorProto.FLOAT, [], [YS]),
+        helper.make_tensor("yz", TensorProto.UINT8, [], [YZ]),
+    ]
     nodes = [
         helper.make_node("NegPos", ["X"], ["neg", "pos"], domain=CONTRIB),
         helper.make_node("QuantizeLinear", ["pos", "xs", "xz"], ["Q"]),
-        helper.make_node("QLinearAveragePool", ["Q", "xs", "xz", "ys", "yz"], ["QY"], domain="com.microsoft",
-                         name="qpool", **Q_ATTRS),
+        helper.make_node(
+            "QLinearAveragePool", ["Q", "xs", "xz", "ys", "yz"], ["QY"], domain="com.microsoft", name="qpool", **Q_ATTRS
+        ),
         helper.make_node("DequantizeLinear", ["QY", "ys", "yz"], ["Y"]),
     ]
-    m = _model(nodes, [_vi("X")], [_vi("Y"), _vi("QY", TensorProto.UINT8), _vi("Q", TensorProto.UINT8)], 18,
-               [CONTRIB, "com.microsoft"])
+    m = _model(
+        nodes,
+        [_vi("X")],
+        [_vi("Y"), _vi("QY", TensorProto.UINT8), _vi("Q", TensorProto.UINT8)],
+        18,
+        [CONTRIB, "com.microsoft"],
+    )
     m.graph.initializer.extend(inits)
     return m
 

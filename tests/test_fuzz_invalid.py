@@ -2,12 +2,10 @@
 op and the attribute or input at fault) or give the correct result (against the references), and never crash or
 hang the process.
 
-Cases run in worker subprocesses, batched (a worker runs a list of cases and reports each as a JSON line), so a
-crash or hang is caught instead of killing the test run: when a worker dies or stalls, the first unreported case
-is re-run alone to confirm it is the culprit, and the rest go on in a fresh worker.
+Cases run in worker subprocesses (fuzz_harness.py), so a crash or hang is caught instead of killing the test run.
 
-ONNX_POOLS_FUZZ_CASES (default 1500) and ONNX_POOLS_FUZZ_SEED (default 7) choose the cases; the generator is
-deterministic for a seed.
+The tests carry the `fuzz` marker. --fuzz-cases (default 1500) and --fuzz-seed (default 7) choose the cases; the
+generator is deterministic for a seed. --fuzz-timeout (default 60) is the time without progress that counts as a hang.
 
 Found by this fuzz and fixed: wrongly typed attributes silently ignored, run time proportional to the kernel length
 (a 2^40 window ran for hours), int64 overflow of pad_begin + stride (out-of-bounds access, a segfault), an output
@@ -16,32 +14,24 @@ stay below as regression tests.
 """
 
 import base64
-import json
 import math
 import os
-import pickle
-import queue
-import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import ALL_DTYPES, CASE_COUNTS, IR_VERSION, ONNX_TYPES
+from conftest import ALL_DTYPES, CASE_COUNTS, IR_VERSION, ONNX_TYPES, option
+from fuzz_harness import SANITIZER_REPORTS, run_cases
 from test_properties import SUBNORMAL, check_qlinear
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-N_CASES = int(os.environ.get("ONNX_POOLS_FUZZ_CASES", "1500"))
-SEED = int(os.environ.get("ONNX_POOLS_FUZZ_SEED", "7"))
-CASE_TIMEOUT = float(os.environ.get("ONNX_POOLS_FUZZ_TIMEOUT", "60"))  # seconds without progress = a hang
+pytestmark = pytest.mark.fuzz
 
-I64_MAX = 2 ** 63 - 1
-HUGE = [2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, 2 ** 32, 2 ** 40, 2 ** 62, I64_MAX]
+I64_MAX = 2**63 - 1
+HUGE = [2**31 - 1, 2**31, 2**31 + 1, 2**32, 2**40, 2**62, I64_MAX]
 MAX_OUTPUT_ELEMENTS = 1 << 20  # valid cases with bigger outputs are not generated (they would really allocate)
 ALLOC_FAILS_BYTES = 1 << 40  # outputs this big cannot be allocated: a clear error is expected
 GEOMETRY = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
@@ -49,199 +39,6 @@ OOM_WORDS = ("alloc", "memory", "64 bits")
 # Under AddressSanitizer (scripts/sanitize.sh) a failing multi-TB operator new inside ORT aborts the process instead
 # of throwing, so cases whose output cannot be allocated are left out there (they run in the normal suite).
 SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
-
-# --------------------------------------------------------------------------- the worker
-
-WORKER = r'''
-import base64, ctypes, json, os, pickle, sys
-import numpy as np
-import onnx_pools
-import onnxruntime
-from onnx import TensorProto
-from conftest import make_session
-onnxruntime.set_default_logger_severity(4)
-NAMES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
-         "tensor(bfloat16)": "bfloat16", "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(int32)": "int32"}
-
-
-def run(sess, feeds):
-    # IOBinding and raw bytes: an empty output keeps its shape even when numpy could not hold the dims
-    b = sess.io_binding()
-    for name, v in feeds.items():
-        v = np.ascontiguousarray(v)
-        if v.dtype.name == "bfloat16":
-            ov = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-        else:
-            ov = onnxruntime.OrtValue.ortvalue_from_numpy(v)
-        b.bind_ortvalue_input(name, ov)
-    for o in sess.get_outputs():
-        b.bind_output(o.name)
-    sess.run_with_iobinding(b)
-    outs = []
-    for ov in b.get_outputs():
-        size = {'tensor(float)': 4, 'tensor(double)': 8, 'tensor(float16)': 2, 'tensor(bfloat16)': 2,
-                'tensor(uint8)': 1, 'tensor(int8)': 1}[ov.data_type()]
-        n = size * int(np.prod(ov.shape()))
-        data = ctypes.string_at(ov.data_ptr(), n) if n else b""
-        outs.append({"dtype": NAMES.get(ov.data_type(), ov.data_type()), "shape": list(ov.shape()),
-                     "data": base64.b64encode(data).decode()})
-    return outs
-
-
-cases = pickle.load(open(sys.argv[1], "rb"))
-start = int(sys.argv[2])
-out = sys.stdout
-out.write(json.dumps({"ready": True}) + "\n")
-out.flush()
-for i in range(start, len(cases)):
-    case = cases[i]
-    hook = case.get("selftest")
-    if hook == "abort":
-        os.abort()
-    if hook == "hang":
-        import time
-        time.sleep(3600)
-    before = onnx_pools.call_counts()
-    rec = {"i": i}
-    try:
-        sess = make_session(case["model"], ops=case.get("ops"))
-        rec["outputs"] = run(sess, case["feeds"])
-        rec["status"] = "ok"
-    except Exception as e:
-        rec["status"] = "error"
-        rec["message"] = str(e)
-    after = onnx_pools.call_counts()
-    rec["counted"] = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-    out.write(json.dumps(rec) + "\n")
-    out.flush()
-'''
-
-
-def _env():
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
-def _start_worker(case_file, start, workdir):
-    """The worker's stderr goes to a file (a pipe nobody reads would fill and block it); see _stderr_tail."""
-    err = open(os.path.join(workdir, f"stderr.{start}.{os.path.basename(case_file)}.txt"), "w")
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, case_file, str(start)], cwd=workdir, env=_env(),
-                            stdout=subprocess.PIPE, stderr=err, text=True)
-    proc.stderr_path = err.name
-    err.close()
-    return proc
-
-
-def _stderr_tail(proc, n=4000):
-    with open(proc.stderr_path, errors="replace") as f:
-        return f.read()[-n:]
-
-
-STARTUP_TIMEOUT = 300  # seconds for a worker to import onnxruntime and load the cases
-
-
-def _drain(proc, timeout):
-    """Yields parsed result lines; yields ("stall", None) when no line came for `timeout` seconds (after the worker
-    said it is ready), ("eof", rc) at the end."""
-    q = queue.Queue()
-
-    def reader():
-        for line in proc.stdout:
-            q.put(line)
-        q.put(None)
-
-    threading.Thread(target=reader, daemon=True).start()
-    ready = False
-    while True:
-        try:
-            line = q.get(timeout=timeout if ready else STARTUP_TIMEOUT)
-        except queue.Empty:
-            yield "stall", None
-            return
-        if line is None:
-            yield "eof", proc.wait()
-            return
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # stray output
-        if rec.get("ready"):
-            ready = True
-        else:
-            yield "line", rec
-
-
-SANITIZER_MARKERS = ("runtime error:", "ERROR: AddressSanitizer", "AddressSanitizer: CHECK failed",
-                     "ERROR: LeakSanitizer")
-SANITIZER_REPORTS = []  # (worker stderr excerpt) of every worker whose stderr holds a sanitizer report
-
-
-def _scan_for_sanitizer_reports(text):
-    hits = [i for i in (text.find(m) for m in SANITIZER_MARKERS) if i >= 0]
-    if hits:
-        SANITIZER_REPORTS.append(text[max(0, min(hits) - 200):min(hits) + 3000])
-
-
-def run_cases(cases, workdir, timeout=CASE_TIMEOUT, confirm=True):
-    """Runs the cases in batched workers. Returns {index: record}; a crashing or hanging case gets
-    {"status": "crash"|"hang", "message": ...}, confirmed by running it alone (unless confirm=False).
-    A sanitizer report in a worker's stderr (a sanitizer build that does not abort) is kept in SANITIZER_REPORTS."""
-    case_file = os.path.join(workdir, "cases.pkl")
-    with open(case_file, "wb") as f:
-        pickle.dump(cases, f)
-    results, start = {}, 0
-    while start < len(cases):
-        proc = _start_worker(case_file, start, workdir)
-        event = None
-        for event, rec in _drain(proc, timeout):
-            if event == "line":
-                results[rec["i"]] = rec
-        if event == "stall":
-            proc.kill()
-            proc.wait()
-        stderr = _stderr_tail(proc)
-        _scan_for_sanitizer_reports(_stderr_tail(proc, 10 ** 7))
-        done = [i for i in range(start, len(cases)) if i in results]
-        nxt = max(done) + 1 if done else start
-        if nxt >= len(cases):
-            break
-        # the worker died or stalled on case `nxt`: confirm by running it alone
-        if confirm:
-            results[nxt] = _run_alone(case_file, nxt, workdir, timeout, stderr, stalled=(event == "stall"))
-        elif event == "stall":
-            results[nxt] = {"i": nxt, "status": "hang", "message": f"no result within {timeout:.0f} s"}
-        else:
-            results[nxt] = {"i": nxt, "status": "crash", "message": f"worker died; stderr:\n{stderr}"}
-        start = nxt + 1
-    return results
-
-
-def _run_alone(case_file, i, workdir, timeout, batch_stderr, stalled):
-    solo_file = case_file + f".{i}"
-    with open(case_file, "rb") as f:
-        cases = pickle.load(f)
-    with open(solo_file, "wb") as f:
-        pickle.dump([cases[i]], f)
-    proc = _start_worker(solo_file, 0, workdir)
-    rec, event, rc = None, None, None
-    for event, value in _drain(proc, timeout):
-        if event == "line":
-            rec = value
-        elif event == "eof":
-            rc = value
-    if event == "stall":
-        proc.kill()
-        proc.wait()
-        return {"i": i, "status": "hang", "message": f"no result within {timeout:.0f} s (alone, and in the batch)"}
-    stderr = _stderr_tail(proc)
-    if rec is not None and rc == 0:  # fine alone: the batch died here for another reason
-        rec = dict(rec)
-        rec["batch_failure"] = ("stalled" if stalled else "died") + " at this case in a batch; stderr:\n" + batch_stderr
-        return rec
-    return {"i": i, "status": "crash", "message": f"worker exit code {rc}; stderr:\n{stderr}"}
-
 
 # --------------------------------------------------------------------------- models
 
@@ -261,8 +58,9 @@ def float_model(op, opset, dtype, declared, attrs, x_type=None):
     for k, v in attrs.items():
         _set_attr(node, k, v)
     T = x_type if x_type is not None else ONNX_TYPES[dtype]
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", T, declared)],
-                          [helper.make_tensor_value_info("Y", T, None)])
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", T, declared)], [helper.make_tensor_value_info("Y", T, None)]
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = IR_VERSION
     return m.SerializeToString()
@@ -423,7 +221,7 @@ def _mutate_geometry(rng, attrs, n, qlinear):
         attrs["auto_pad"] = _pick(rng, GARBAGE + ["", "VALID", "SAME_LOWER", "SAME_UPPER"])
         return
     if name == "ceil_mode":
-        attrs["ceil_mode"] = _pick(rng, [2, -1, 2 ** 40, -(2 ** 63), 1])
+        attrs["ceil_mode"] = _pick(rng, [2, -1, 2**40, -(2**63), 1])
         return
     if r == 0 and name != "kernel_shape":
         attrs.pop(name, None)
@@ -433,7 +231,7 @@ def _mutate_geometry(rng, attrs, n, qlinear):
         attrs[name] = [1] * (n * per + _pick(rng, [-1, 1, 2, n * per]))
     elif r == 3:  # zero / negative
         v = list(_ints_or_none(attrs.get(name)) or [1] * (n * per))
-        v[int(rng.integers(len(v)))] = _pick(rng, [0, -1, -(2 ** 40), -I64_MAX - 1])
+        v[int(rng.integers(len(v)))] = _pick(rng, [0, -1, -(2**40), -I64_MAX - 1])
         attrs[name] = v
     else:  # huge values, sometimes with the other attributes made to fit them
         v = list(_ints_or_none(attrs.get(name)) or [1] * (n * per))
@@ -452,8 +250,17 @@ WRONG_TYPED = {
     "string": [("INT", 1), ("INTS", [1, 2]), ("FLOAT", 1.0)],
     "p": [("STRING", "2"), ("INTS", [2]), ("FLOATS", [2.0])],  # INT and FLOAT p are both accepted
 }
-KIND_OF = {"kernel_shape": "ints", "strides": "ints", "pads": "ints", "dilations": "ints", "ceil_mode": "int",
-           "count_include_pad": "int", "channels_last": "int", "auto_pad": "string", "p": "p"}
+KIND_OF = {
+    "kernel_shape": "ints",
+    "strides": "ints",
+    "pads": "ints",
+    "dilations": "ints",
+    "ceil_mode": "int",
+    "count_include_pad": "int",
+    "channels_last": "int",
+    "auto_pad": "string",
+    "p": "p",
+}
 
 
 def _wrong_type(rng, name):
@@ -480,8 +287,11 @@ def gen_float_case(rng):
         opset = _pick(rng, [1, 2, 11, 18, 22])
         n = int(rng.integers(1, 4))
         k = [int(rng.integers(1, 4)) for _ in range(n)]
-        attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(n)],
-                 "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)]}
+        attrs = {
+            "kernel_shape": k,
+            "strides": [int(rng.integers(1, 3)) for _ in range(n)],
+            "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)],
+        }
         spatial = [int(rng.integers(k[i], 7)) for i in range(n)]
     else:
         opset = _pick(rng, [1, 2, 13, 22])
@@ -496,14 +306,15 @@ def gen_float_case(rng):
             _mutate_geometry(rng, attrs, max(1, len(_ints_or_none(attrs.get("kernel_shape")) or [1])), qlinear=False)
         elif op in ("LpPool", "GlobalLpPool") and what < 0.75:
             if opset == 1:
-                attrs["p"] = float(_pick(rng, [0.0, -1.0, math.nan, math.inf, -math.inf, 1e-3, 1e30, 3.5, 1e-45,
-                                               -1e-45]))
+                attrs["p"] = float(
+                    _pick(rng, [0.0, -1.0, math.nan, math.inf, -math.inf, 1e-3, 1e30, 3.5, 1e-45, -1e-45])
+                )
             else:
-                attrs["p"] = _pick(rng, [0, -1, -(2 ** 40), 2 ** 40, I64_MAX, 1, 7, 2.5])  # a FLOAT p is accepted
+                attrs["p"] = _pick(rng, [0, -1, -(2**40), 2**40, I64_MAX, 1, 7, 2.5])  # a FLOAT p is accepted
         elif what < 0.85:  # the input: rank < 3, empty dims, 0 in N or C
             r = int(rng.integers(4))
             if r == 0:
-                shape = shape[:int(rng.integers(0, 3))]
+                shape = shape[: int(rng.integers(0, 3))]
             elif r == 1 and len(shape) > 2:
                 shape[int(rng.integers(2, len(shape)))] = 0
             elif len(shape) >= 2:
@@ -511,16 +322,25 @@ def gen_float_case(rng):
         elif what < 0.89:  # an attribute the op does not have: ignored
             attrs[_pick(rng, ["foo", "kernel", "storage_order", "count_include_pad"])] = _pick(rng, [1, [1, 2], "x"])
         elif what < 0.95 and op in ("LpPool", "GlobalLpPool"):  # an attribute of the wrong type
-            name = _pick(rng, (["kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode"]
-                               if op == "LpPool" else []) + ["p"])
+            name = _pick(
+                rng,
+                (["kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode"] if op == "LpPool" else [])
+                + ["p"],
+            )
             attrs[name] = _wrong_type(rng, name)
         else:  # an element type the op has no kernel for
             forced_error = True
             culprits |= {"implementation", "type", "Type"}
     declared = list(shape) if rng.random() < 0.5 else None
     x_type = TensorProto.INT32 if forced_error else None
-    case = {"op": op, "opset": opset, "dtype": dtype, "shape": shape, "attrs": attrs,
-            "model": float_model(op, opset, dtype, declared, attrs, x_type)}
+    case = {
+        "op": op,
+        "opset": opset,
+        "dtype": dtype,
+        "shape": shape,
+        "attrs": attrs,
+        "model": float_model(op, opset, dtype, declared, attrs, x_type),
+    }
     if forced_error:
         x = np.zeros(shape, np.int32)
         case.update(feeds={"X": x}, expect=("error", culprits))
@@ -538,16 +358,19 @@ def _p_value(attrs, opset):
     return float(np.float32(p)) if isinstance(p, float) else float(p)  # a FLOAT attribute is a float32
 
 
-
-
 def size_expectation(n, c, spatial, out, kernel, itemsize, qlinear):
     """What the sizes alone decide, as the library computes them (64-bit checked products of the output shape,
     the kernel, the separable passes' intermediates): ('error', culprits) | ('empty', None) | ('skip', why) | None
     (go on: compute the reference)."""
     inter = max(math.prod(spatial[:a]) * math.prod(out[a:]) for a in range(len(out)))
     total = n * c * math.prod(out)
-    if (math.prod(out) > I64_MAX or inter > I64_MAX or math.prod(kernel) > I64_MAX or n * c * math.prod(out) > I64_MAX
-            or (qlinear and inter * max(c, 1) * 8 > I64_MAX)):
+    if (
+        math.prod(out) > I64_MAX
+        or inter > I64_MAX
+        or math.prod(kernel) > I64_MAX
+        or n * c * math.prod(out) > I64_MAX
+        or (qlinear and inter * max(c, 1) * 8 > I64_MAX)
+    ):
         return "error", set(GEOMETRY) | {"64 bits"}
     if total == 0:
         return "empty", None
@@ -591,7 +414,8 @@ def _expect_float(op, opset, dtype, shape, attrs, x):
             return "value", np.zeros(shape[:2] + [1] * (len(shape) - 2))
         with np.errstate(all="ignore"):
             ref = {"GlobalAveragePool": R.global_average_pool, "GlobalMaxPool": R.global_max_pool}.get(
-                op, lambda v: R.global_lp_pool(v, p))(x)
+                op, lambda v: R.global_lp_pool(v, p)
+            )(x)
         return "value", ref
     try:
         out, pb, s, d, k, overflow = geometry(attrs, shape[2:])
@@ -613,15 +437,22 @@ def gen_qlinear_case(rng):
     n = int(rng.integers(1, 3))
     cl = int(rng.random() < 0.4)
     k = [int(rng.integers(1, 4)) for _ in range(n)]
-    attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 3)) for _ in range(n)],
-             "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)]}
+    attrs = {
+        "kernel_shape": k,
+        "strides": [int(rng.integers(1, 3)) for _ in range(n)],
+        "pads": [int(rng.integers(0, k[i % n])) for i in range(2 * n)],
+    }
     if cl or rng.random() < 0.3:
         attrs["channels_last"] = cl
     spatial = [int(rng.integers(k[i], 7)) for i in range(n)]
     N, C = int(rng.integers(1, 3)), int(rng.integers(1, 5))
     shape = [N] + (spatial + [C] if cl else [C] + spatial)
-    params = {"xs": np.array(0.05, np.float32), "xz": np.array(lo + 100, dtype), "ys": np.array(0.07, np.float32),
-              "yz": np.array(lo + 90, dtype)}
+    params = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(lo + 100, dtype),
+        "ys": np.array(0.07, np.float32),
+        "yz": np.array(lo + 90, dtype),
+    }
     names = ["X", "xs", "xz", "ys", "yz"]
     as_inputs = set(p for p in ("xs", "xz", "ys", "yz") if rng.random() < 0.3)
     extra_inputs = 0
@@ -631,7 +462,7 @@ def gen_qlinear_case(rng):
         if what < 0.4:
             _mutate_geometry(rng, attrs, max(1, len(_ints_or_none(attrs.get("kernel_shape")) or [1])), qlinear=True)
         elif what < 0.5:
-            attrs[_pick(rng, ["count_include_pad", "channels_last"])] = _pick(rng, [2, -1, 2 ** 40, 0, 1])
+            attrs[_pick(rng, ["count_include_pad", "channels_last"])] = _pick(rng, [2, -1, 2**40, 0, 1])
         elif what < 0.75:  # scales and zero points
             present = [p for p in ("xs", "ys", "xz", "yz") if p in names]
             if not present:
@@ -669,7 +500,7 @@ def gen_qlinear_case(rng):
         elif what < 0.85:  # the input
             r = int(rng.integers(3))
             if r == 0:
-                shape = shape[:int(rng.integers(0, 3))]
+                shape = shape[: int(rng.integers(0, 3))]
             elif len(shape) >= 3:
                 shape[_pick(rng, [0, len(shape) - 1 if cl else 1])] = 0
         elif what < 0.9:
@@ -678,15 +509,24 @@ def gen_qlinear_case(rng):
         elif what < 0.95:
             attrs[_pick(rng, ["foo", "dilation", "p"])] = _pick(rng, [1, [2, 2], "x"])
         else:  # an attribute of the wrong type
-            name = _pick(rng, ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad",
-                               "channels_last"])
+            name = _pick(
+                rng, ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "count_include_pad", "channels_last"]
+            )
             attrs[name] = _wrong_type(rng, name)
     declared = list(shape) if rng.random() < 0.5 else None
     model, feeds = qlinear_model_raw(dtype, declared, attrs, params, names, as_inputs, extra_inputs)
     x = rng.integers(lo, hi + 1, size=shape).astype(dtype)
-    case = {"op": "QLinearAveragePool", "dtype": dtype.name, "shape": shape, "attrs": attrs, "model": model,
-            "feeds": {"X": x, **feeds}, "ops": "all",
-            "params": {k: v.tolist() for k, v in params.items()}, "names": names}
+    case = {
+        "op": "QLinearAveragePool",
+        "dtype": dtype.name,
+        "shape": shape,
+        "attrs": attrs,
+        "model": model,
+        "feeds": {"X": x, **feeds},
+        "ops": "all",
+        "params": {k: v.tolist() for k, v in params.items()},
+        "names": names,
+    }
     forced = set().union(*forced_by.values()) if forced_by else None
     case["expect"] = expect_qlinear(x, shape, attrs, params, names, forced)
     return case
@@ -725,9 +565,20 @@ def _expect_qlinear(x, shape, attrs, params, names, forced=None):
     yz = int(params["yz"]) if "yz" in names else None
     try:
         with np.errstate(all="ignore"):
-            ref, pre = RQ.qlinear_average_pool(x, xs, xz, ys, yz, k, s, attrs.get("pads"), attrs.get("auto_pad", "NOTSET")
-                                               or "NOTSET", attrs.get("ceil_mode", 0),
-                                               attrs.get("count_include_pad", 0), cl)
+            ref, pre = RQ.qlinear_average_pool(
+                x,
+                xs,
+                xz,
+                ys,
+                yz,
+                k,
+                s,
+                attrs.get("pads"),
+                attrs.get("auto_pad", "NOTSET") or "NOTSET",
+                attrs.get("ceil_mode", 0),
+                attrs.get("count_include_pad", 0),
+                cl,
+            )
     except ValueError as e:
         if "empty window" in str(e):
             return "skip", "a window with no input element (README: gives y_zero_point; not in the reference)"
@@ -764,10 +615,17 @@ def _decode(o):
 
 
 def describe(case):
-    attrs = {k: (f"<{AttributeProto.AttributeType.Name(v.type)} {helper.get_attribute_value(v)!r}>"
-                 if isinstance(v, AttributeProto) else v) for k, v in case["attrs"].items()}
+    attrs = {
+        k: (
+            f"<{AttributeProto.AttributeType.Name(v.type)} {helper.get_attribute_value(v)!r}>"
+            if isinstance(v, AttributeProto)
+            else v
+        )
+        for k, v in case["attrs"].items()
+    }
     return f"{case['id']} {case['op']} {case.get('dtype')} x{case['shape']} attrs={attrs}" + (
-        f" params={case['params']} inputs={case['names']}" if "params" in case else "")
+        f" params={case['params']} inputs={case['names']}" if "params" in case else ""
+    )
 
 
 def judge(case, rec):
@@ -822,7 +680,7 @@ def _report(cases, results):
 
 
 def test_fuzz_invalid_combinations(tmp_path):
-    cases = gen_cases(N_CASES, SEED)
+    cases = gen_cases(option("fuzz_cases"), option("fuzz_seed"))
     del SANITIZER_REPORTS[:]
     results = run_cases(cases, str(tmp_path))
     assert not SANITIZER_REPORTS, "sanitizer report in a fuzz worker:\n" + SANITIZER_REPORTS[0]
@@ -830,8 +688,16 @@ def test_fuzz_invalid_combinations(tmp_path):
     for i, case in enumerate(cases):
         valid = case["expect"][0] != "error"
         ran = results[i]["status"] == "ok"
-        CASE_COUNTS["fuzz: " + ("valid, ran, result checked" if ran else "valid, refused with a clear error" if valid
-                                else "invalid, clear error")] += 1
+        CASE_COUNTS[
+            "fuzz: "
+            + (
+                "valid, ran, result checked"
+                if ran
+                else "valid, refused with a clear error"
+                if valid
+                else "invalid, clear error"
+            )
+        ] += 1
     assert not bad, f"{len(bad)} of {len(cases)} fuzz cases misbehaved:\n" + "\n".join(bad[:25])
 
 
@@ -844,8 +710,11 @@ def test_harness_catches_crash_and_hang(tmp_path):
     good = gen_cases(3, 1)
     hang = {}
     (tmp_path / "hang").mkdir()
-    th = threading.Thread(target=lambda: hang.update(
-        run_cases([{**good[0], "selftest": "hang"}, good[1]], str(tmp_path / "hang"), timeout=1, confirm=False)))
+    th = threading.Thread(
+        target=lambda: hang.update(
+            run_cases([{**good[0], "selftest": "hang"}, good[1]], str(tmp_path / "hang"), timeout=1, confirm=False)
+        )
+    )
     th.start()
     cases = [good[0], {**good[1], "selftest": "abort"}, good[2]]
     results = run_cases(cases, str(tmp_path))
@@ -862,9 +731,13 @@ def test_fast_reference_matches_reference():
     for _ in range(40):
         n = int(rng.integers(1, 3))
         k = [int(rng.integers(1, 4)) for _ in range(n)]
-        attrs = {"kernel_shape": k, "strides": [int(rng.integers(1, 4)) for _ in range(n)],
-                 "dilations": [int(rng.integers(1, 3)) for _ in range(n)],
-                 "pads": [int(rng.integers(0, 4)) for _ in range(2 * n)], "ceil_mode": int(rng.integers(2))}
+        attrs = {
+            "kernel_shape": k,
+            "strides": [int(rng.integers(1, 4)) for _ in range(n)],
+            "dilations": [int(rng.integers(1, 3)) for _ in range(n)],
+            "pads": [int(rng.integers(0, 4)) for _ in range(2 * n)],
+            "ceil_mode": int(rng.integers(2)),
+        }
         spatial = [int(rng.integers(6, 10)) for _ in range(n)]
         x = rng.standard_normal([1, 2] + spatial)
         out, pb, s, d, kk, _ = geometry(attrs, spatial)
@@ -872,7 +745,7 @@ def test_fast_reference_matches_reference():
         np.testing.assert_allclose(fast_lp_pool(x, out, pb, s, d, kk, 3), ref, rtol=1e-12)
 
 
-# --------------------------------------------------------------------------- known bugs (reported, kept failing)
+# --------------------------------------------------------------------------- regression cases
 
 
 def _attr(name, value, kind):
@@ -903,9 +776,14 @@ def test_wrong_attribute_types_are_errors(tmp_path):
     for op, opset, name, attr in WRONG_TYPES:
         if op == "QLinearAveragePool":
             attrs = {"kernel_shape": [2, 2], name: attr}
-            model, feeds = qlinear_model_raw(np.uint8, [1, 3, 4, 4], attrs,
-                                             {"xs": np.array(0.1, np.float32), "ys": np.array(0.1, np.float32)},
-                                             ["X", "xs", "", "ys"], set())
+            model, feeds = qlinear_model_raw(
+                np.uint8,
+                [1, 3, 4, 4],
+                attrs,
+                {"xs": np.array(0.1, np.float32), "ys": np.array(0.1, np.float32)},
+                ["X", "xs", "", "ys"],
+                set(),
+            )
             x = np.arange(48, dtype=np.uint8).reshape(1, 3, 4, 4)
             case = {"op": op, "model": model, "feeds": {"X": x}, "ops": "all"}
         else:
@@ -913,9 +791,13 @@ def test_wrong_attribute_types_are_errors(tmp_path):
             attrs[name] = attr
             x = R.to_dtype(np.random.default_rng(0).standard_normal([1, 3, 4, 4]), "float32")
             case = {"op": op, "model": float_model(op, opset, "float32", [1, 3, 4, 4], attrs), "feeds": {"X": x}}
-        case.update(id=f"wrong-type-{op}-{name}", dtype="float32", shape=[1, 3, 4, 4],
-                    attrs={name: AttributeProto.AttributeType.Name(attr.type)},
-                    expect=("error", {name}))
+        case.update(
+            id=f"wrong-type-{op}-{name}",
+            dtype="float32",
+            shape=[1, 3, 4, 4],
+            attrs={name: AttributeProto.AttributeType.Name(attr.type)},
+            expect=("error", {name}),
+        )
         cases.append(case)
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
@@ -927,25 +809,51 @@ def test_huge_kernel_windows_finish(tmp_path):
     pads and strides, or SAME padding) must give the right answer promptly, like any other small input (these once
     ran for hours)."""
     cases = []
-    K = 2 ** 40
+    K = 2**40
     x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 4)
-    for attrs in ({"kernel_shape": [K], "pads": [K, K], "strides": [K], "p": 1},
-                  {"kernel_shape": [K], "auto_pad": "SAME_UPPER", "p": 2}):
+    for attrs in (
+        {"kernel_shape": [K], "pads": [K, K], "strides": [K], "p": 1},
+        {"kernel_shape": [K], "auto_pad": "SAME_UPPER", "p": 2},
+    ):
         exp = expect_float("LpPool", 22, "float32", [1, 1, 4], attrs, x)
         assert exp[0] == "value"
-        cases.append({"id": f"lp-{attrs}", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 4], "attrs": attrs,
-                      "model": float_model("LpPool", 22, "float32", [1, 1, 4], attrs), "feeds": {"X": x},
-                      "expect": ("value", exp[1])})
+        cases.append(
+            {
+                "id": f"lp-{attrs}",
+                "op": "LpPool",
+                "dtype": "float32",
+                "shape": [1, 1, 4],
+                "attrs": attrs,
+                "model": float_model("LpPool", 22, "float32", [1, 1, 4], attrs),
+                "feeds": {"X": x},
+                "expect": ("value", exp[1]),
+            }
+        )
     q = np.arange(1, 5, dtype=np.uint8).reshape(1, 1, 4)
     attrs = {"kernel_shape": [K], "pads": [K, K], "strides": [K], "count_include_pad": 0}
-    model, _ = qlinear_model_raw(np.uint8, [1, 1, 4], attrs, {"xs": np.array(1.0, np.float32),
-                                                                "ys": np.array(1.0, np.float32)},
-                                 ["X", "xs", "", "ys"], set())
+    model, _ = qlinear_model_raw(
+        np.uint8,
+        [1, 1, 4],
+        attrs,
+        {"xs": np.array(1.0, np.float32), "ys": np.array(1.0, np.float32)},
+        ["X", "xs", "", "ys"],
+        set(),
+    )
     # windows: positions [-2^40, 0) then [0, 2^40): the second holds all four elements, mean 2.5 -> 2 (half to even)
     ref = np.array([[[0, 2]]], np.uint8)
-    cases.append({"id": "qlinear", "op": "QLinearAveragePool", "dtype": "uint8", "shape": [1, 1, 4], "attrs": attrs,
-                  "model": model, "feeds": {"X": q}, "ops": "all",
-                  "expect": ("qvalue", (ref, np.array([[[0.0, 2.5]]])))})
+    cases.append(
+        {
+            "id": "qlinear",
+            "op": "QLinearAveragePool",
+            "dtype": "uint8",
+            "shape": [1, 1, 4],
+            "attrs": attrs,
+            "model": model,
+            "feeds": {"X": q},
+            "ops": "all",
+            "expect": ("qvalue", (ref, np.array([[[0.0, 2.5]]]))),
+        }
+    )
     # one worker per case, side by side: a hang costs its timeout once
     results = {}
 
@@ -976,11 +884,20 @@ def test_small_fractional_p_accuracy(dtype, p):
 
 def test_output_size_overflow_error(tmp_path):
     """2^61 float outputs (element count fits int64, bytes do not): a clear error naming the op and the attribute."""
-    attrs = {"kernel_shape": [2, 2], "pads": [0, 0, 2 ** 31 + 1, 2 ** 30], "p": 2}
+    attrs = {"kernel_shape": [2, 2], "pads": [0, 0, 2**31 + 1, 2**30], "p": 2}
     x = np.ones([1, 1, 4, 2], np.float32)
-    cases = [{"id": "lp-bytes-overflow", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 4, 2], "attrs": attrs,
-              "model": float_model("LpPool", 22, "float32", [1, 1, 4, 2], attrs), "feeds": {"X": x},
-              "expect": ("error", set(GEOMETRY) | {"64 bits"})}]
+    cases = [
+        {
+            "id": "lp-bytes-overflow",
+            "op": "LpPool",
+            "dtype": "float32",
+            "shape": [1, 1, 4, 2],
+            "attrs": attrs,
+            "model": float_model("LpPool", 22, "float32", [1, 1, 4, 2], attrs),
+            "feeds": {"X": x},
+            "expect": ("error", set(GEOMETRY) | {"64 bits"}),
+        }
+    ]
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
     assert not bad, "\n".join(bad)
@@ -993,22 +910,48 @@ def test_extreme_strides_and_pads(tmp_path):
     cases = []
     x = np.array([[[1.0, 2.0, 4.0]]], np.float32)
     attrs = {"kernel_shape": [3], "strides": [I64_MAX], "pads": [2, 0], "p": 1}
-    cases.append({"id": "lp", "op": "LpPool", "dtype": "float32", "shape": [1, 1, 3], "attrs": attrs,
-                  "model": float_model("LpPool", 22, "float32", [1, 1, 3], attrs), "feeds": {"X": x},
-                  "expect": ("value", np.array([[[1.0]]]))})
+    cases.append(
+        {
+            "id": "lp",
+            "op": "LpPool",
+            "dtype": "float32",
+            "shape": [1, 1, 3],
+            "attrs": attrs,
+            "model": float_model("LpPool", 22, "float32", [1, 1, 3], attrs),
+            "feeds": {"X": x},
+            "expect": ("value", np.array([[[1.0]]])),
+        }
+    )
     rng = np.random.default_rng(0)
-    params = {"xs": np.array(0.05, np.float32), "xz": np.array(-28, np.int8), "ys": np.array(0.07, np.float32),
-              "yz": np.array(-38, np.int8)}
-    for cl, spatial, k, st, pads in [(0, [5], [3], [I64_MAX], [2, 0]),
-                                     (0, [4, 6], [3, 2], [I64_MAX, 1], [2, 0, 0, 0]),
-                                     (1, [3, 3], [2, 3], [2, I64_MAX], [1, 2, 0, 1])]:
+    params = {
+        "xs": np.array(0.05, np.float32),
+        "xz": np.array(-28, np.int8),
+        "ys": np.array(0.07, np.float32),
+        "yz": np.array(-38, np.int8),
+    }
+    for cl, spatial, k, st, pads in [
+        (0, [5], [3], [I64_MAX], [2, 0]),
+        (0, [4, 6], [3, 2], [I64_MAX, 1], [2, 0, 0, 0]),
+        (1, [3, 3], [2, 3], [2, I64_MAX], [1, 2, 0, 1]),
+    ]:
         shape = [1] + (spatial + [3] if cl else [3] + spatial)
         q = rng.integers(-128, 128, shape).astype(np.int8)
         attrs = {"kernel_shape": k, "strides": st, "pads": pads, "channels_last": cl}
         model, _ = qlinear_model_raw(np.int8, shape, attrs, params, ["X", "xs", "xz", "ys", "yz"], set())
         ref, pre = RQ.qlinear_average_pool(q, 0.05, -28, 0.07, -38, k, st, pads, channels_last=cl)
-        cases.append({"id": f"qlinear-{len(cases)}", "op": "QLinearAveragePool", "dtype": "int8", "shape": shape,
-                      "attrs": attrs, "model": model, "feeds": {"X": q}, "ops": "all", "expect": ("qvalue", (ref, pre))})
+        cases.append(
+            {
+                "id": f"qlinear-{len(cases)}",
+                "op": "QLinearAveragePool",
+                "dtype": "int8",
+                "shape": shape,
+                "attrs": attrs,
+                "model": model,
+                "feeds": {"X": q},
+                "ops": "all",
+                "expect": ("qvalue", (ref, pre)),
+            }
+        )
     results = run_cases(cases, str(tmp_path))
     bad = _report(cases, results)
     assert not bad, "\n".join(bad)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import reference as R
-from conftest import ALL_DTYPES, CASE_COUNTS, make_model, make_session, rng_for, run_op, run_session, counts_one_run
+from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
 
 OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
@@ -109,7 +109,7 @@ def test_global_channel_counts_multiple_of_8_and_16(op, dtype, opset):
     attrs = {"p": 2} if op == "GlobalLpPool" else {}
     for shape in ([1, 8, 7, 7], [2, 16, 5, 5], [1, 64, 3, 4], [1, 48, 7], [1, 32, 2, 3, 4]):
         x = R.to_dtype(rng.standard_normal(shape) + 0.5, dtype)
-        for in_shape in ("static", ["N", shape[1]] + ["D%d" % i for i in range(len(shape) - 2)]):
+        for in_shape in ("static", ["N", shape[1]] + [f"D{i}" for i in range(len(shape) - 2)]):
             y, _ = run_op(op, opset, dtype, x, attrs, in_shape=in_shape)
             check(op, dtype, y, x, reference(op, x, 2), f"{op}-{opset} {dtype} shape={shape} declared={in_shape}")
             CASE_COUNTS["global pools: C multiple of 8/16"] += 1
@@ -152,7 +152,7 @@ def test_global_hand_values():
     y, _ = run_op("GlobalLpPool", 13, "float32", x, {"p": 1})
     np.testing.assert_allclose(y, [[[[19.0]]]], rtol=1e-6)
     y, _ = run_op("GlobalLpPool", 1, "float32", x, {"p": 0.5})
-    np.testing.assert_allclose(y, [[[[(3 ** 0.5 + 2 + 12 ** 0.5) ** 2]]]], rtol=1e-6)
+    np.testing.assert_allclose(y, [[[[(3**0.5 + 2 + 12**0.5) ** 2]]]], rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- NaN / inf
@@ -168,13 +168,13 @@ def test_global_nan_inf(op, dtype):
     # channel 0: NaN at a different place per batch entry (first, middle, last)
     for n, pos in enumerate((0, L // 2, L - 1)):
         x[n, 0, pos] = nan
-    x[:, 1, 5] = inf              # +inf
-    x[:, 2, L - 1] = -inf         # -inf (max stays finite)
+    x[:, 1, 5] = inf  # +inf
+    x[:, 2, L - 1] = -inf  # -inf (max stays finite)
     x[:, 3, 3] = inf
-    x[:, 3, 30] = -inf            # +inf and -inf: average NaN
-    x[:, 4, :] = -inf             # all -inf: max -inf
+    x[:, 3, 30] = -inf  # +inf and -inf: average NaN
+    x[:, 4, :] = -inf  # all -inf: max -inf
     x[:, 5, 10] = nan
-    x[:, 5, 11] = inf             # NaN and inf together: NaN
+    x[:, 5, 11] = inf  # NaN and inf together: NaN
     # channel 6: finite
     x = R.to_dtype(x, dtype)
     for opset, p in ((22, 2), (13, 3), (1, 1.5)):
@@ -255,8 +255,16 @@ def big_inputs():
     return _big_inputs()
 
 
-@pytest.mark.parametrize("op,p", [("GlobalAveragePool", None), ("GlobalLpPool", 1), ("GlobalLpPool", 2),
-                                  ("GlobalLpPool", 3), ("GlobalMaxPool", None)])
+@pytest.mark.parametrize(
+    "op,p",
+    [
+        ("GlobalAveragePool", None),
+        ("GlobalLpPool", 1),
+        ("GlobalLpPool", 2),
+        ("GlobalLpPool", 3),
+        ("GlobalMaxPool", None),
+    ],
+)
 def test_global_1m_elements_float32_accuracy(big_inputs, op, p):
     for name, x in big_inputs.items():
         attrs = {"p": p} if p is not None else {}
@@ -315,14 +323,17 @@ def test_float16_global_lp_pool_p8_no_overflow(opset):
     R.assert_close(y, ref, "float16", R.input_scale(x))
 
 
-@pytest.mark.parametrize("dtype,vals,p", [
-    ("float16", [60000.0, 30000.0, 100.0, 5.0], 12),
-    ("float16", [60000.0, 30000.0, 100.0, 5.0], 16),
-    ("float32", [1e30, 3e29, 1.0, -2e30], 2),        # |x|^2 overflows float32
-    ("float32", [1e-30, -3e-30, 0.0, 2e-31], 2),     # |x|^2 underflows float32
-    ("float32", [3e-10, 1e-10, 2e-10, 0.0], 9),      # |x|^9 underflows float32
-    ("bfloat16", [1e30, 3e29, 1.0, -2e30], 3),
-])
+@pytest.mark.parametrize(
+    "dtype,vals,p",
+    [
+        ("float16", [60000.0, 30000.0, 100.0, 5.0], 12),
+        ("float16", [60000.0, 30000.0, 100.0, 5.0], 16),
+        ("float32", [1e30, 3e29, 1.0, -2e30], 2),  # |x|^2 overflows float32
+        ("float32", [1e-30, -3e-30, 0.0, 2e-31], 2),  # |x|^2 underflows float32
+        ("float32", [3e-10, 1e-10, 2e-10, 0.0], 9),  # |x|^9 underflows float32
+        ("bfloat16", [1e30, 3e29, 1.0, -2e30], 3),
+    ],
+)
 def test_lp_pools_no_overflow_or_underflow(dtype, vals, p):
     """The p-th powers leave the accumulator's range but the true norm is representable."""
     x = R.to_dtype(np.array(vals).reshape(1, 1, 2, 2), dtype)

@@ -2,26 +2,28 @@
 
 * Non-finite inputs (+-inf, NaN) at every kind of position, subnormal inputs, values near the top of each type's
   range, misaligned input buffers, empty and degenerate shapes: each op against the float64 references.
-* More than 2^31 elements (64-bit index arithmetic): skipped unless ONNX_POOLS_HUGE=1 (needs ~7 GB of free memory,
-  a few minutes):  ONNX_POOLS_HUGE=1 PYTHONPATH=. python -m pytest tests/test_huge_and_odd.py -q -k huge -s
+* More than 2^31 elements (64-bit index arithmetic): marked `huge`, skipped unless selected (needs ~7 GB of free
+  memory, a few minutes):  PYTHONPATH=. python -m pytest tests/test_huge_and_odd.py -q -m huge -s
 """
 
-import os
 import time
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto
 
 import reference as R
 import reference_qlinear as RQ
 from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
+from ort_values import from_ortvalue, to_ortvalue
 from test_properties import assert_close_with_subnormals, check_qlinear, qlinear_model
 
 GLOBAL = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
-MAX = {"float32": 3.4028234663852886e38, "float64": 1.7976931348623157e308, "float16": 65504.0,
-       "bfloat16": 3.3895313892515355e38}
+MAX = {
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+}
 
 
 def global_ref(op, x, p=2):
@@ -72,7 +74,7 @@ def nonfinite_input(dtype, length, seed):
 def test_global_pools_non_finite(op, dtype):
     for length in LENGTHS:
         x = nonfinite_input(dtype, length, length)
-        for p in ([1, 2, 3, 5] if op == "GlobalLpPool" else [2]):
+        for p in [1, 2, 3, 5] if op == "GlobalLpPool" else [2]:
             check_global(op, dtype, x, p=p, what=f"length {length} p={p}")
             CASE_COUNTS["huge/odd: non-finite inputs"] += 1
 
@@ -81,8 +83,11 @@ def test_global_pools_non_finite(op, dtype):
 def test_lppool_non_finite_stays_in_its_windows(dtype):
     """A NaN or inf affects exactly the windows that contain it (the separable window sums must not spread it)."""
     rng = rng_for("lp nonfinite", dtype)
-    for shape, k, s, pads in [([2, 3, 9, 11], [3, 2], [2, 1], [1, 0, 1, 1]), ([1, 2, 40], [5], [3], [2, 2]),
-                              ([1, 2, 5, 6, 7], [2, 3, 2], [1, 2, 3], None)]:
+    for shape, k, s, pads in [
+        ([2, 3, 9, 11], [3, 2], [2, 1], [1, 0, 1, 1]),
+        ([1, 2, 40], [5], [3], [2, 2]),
+        ([1, 2, 5, 6, 7], [2, 3, 2], [1, 2, 3], None),
+    ]:
         for p in (1, 2, 3, 7):
             x = rng.standard_normal(shape)
             flat = x.reshape(-1)
@@ -103,8 +108,12 @@ def test_lppool_non_finite_stays_in_its_windows(dtype):
 def test_qlinear_non_finite_scales_are_errors(dtype):
     """The quantized op has no non-finite data, but its scales can be: a clear error naming the input."""
     x = np.zeros([1, 2, 4, 4], dtype)
-    for name, xs, ys in (("x_scale", np.nan, 0.1), ("x_scale", np.inf, 0.1), ("y_scale", 0.1, -np.inf),
-                         ("y_scale", 0.1, np.nan)):
+    for name, xs, ys in (
+        ("x_scale", np.nan, 0.1),
+        ("x_scale", np.inf, 0.1),
+        ("y_scale", 0.1, -np.inf),
+        ("y_scale", 0.1, np.nan),
+    ):
         model, _ = qlinear_model(dtype, [1, 2, 4, 4], {"kernel_shape": [2, 2]}, xs, None, ys, None)
         with pytest.raises(Exception, match=rf"QLinearAveragePool.*{name}"):
             make_session(model).run(None, {"X": x})
@@ -121,13 +130,14 @@ def test_subnormal_inputs(dtype):
     for shape in ([2, 3, 1], [2, 3, 77], [1, 2, 2000], [2, 2, 5, 7]):
         x = R.to_dtype(rng.uniform(0.5, 1.0, shape) * tiny * rng.choice([-1.0, 1.0], shape), dtype)
         for op in GLOBAL:
-            for p in ([1, 2, 3, 4, 9] if op == "GlobalLpPool" else [2]):
+            for p in [1, 2, 3, 4, 9] if op == "GlobalLpPool" else [2]:
                 check_global(op, dtype, x, p=p, what=f"subnormal shape={shape}")
         if len(shape) == 4:
             for p in (1, 2, 3, 9):
                 y, _ = run_op("LpPool", 22, dtype, x, {"kernel_shape": [2, 3], "pads": [1, 1, 0, 1], "p": p})
-                assert_close_with_subnormals(y, R.lp_pool(x, [2, 3], pads=[1, 1, 0, 1], p=p), dtype, x,
-                                             f"LpPool {dtype} subnormal p={p}")
+                assert_close_with_subnormals(
+                    y, R.lp_pool(x, [2, 3], pads=[1, 1, 0, 1], p=p), dtype, x, f"LpPool {dtype} subnormal p={p}"
+                )
         CASE_COUNTS["huge/odd: subnormal inputs"] += 1
 
 
@@ -138,10 +148,13 @@ def test_lp_magnitudes_that_change_along_the_data(dtype):
     tiny, normal and near-max segments in every order, with segment boundaries around the probe (64) and block
     (1024) lengths."""
     rng = rng_for("changing magnitudes", dtype)
-    levels = {"zero": 0.0, "subnormal": {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5,
-                                         "bfloat16": 5e-39}[dtype],
-              "tiny": {"float32": 1e-20, "float64": 1e-160, "float16": 1e-3, "bfloat16": 1e-20}[dtype],
-              "normal": 1.0, "near max": MAX[dtype] / 8}
+    levels = {
+        "zero": 0.0,
+        "subnormal": {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5, "bfloat16": 5e-39}[dtype],
+        "tiny": {"float32": 1e-20, "float64": 1e-160, "float16": 1e-3, "bfloat16": 1e-20}[dtype],
+        "normal": 1.0,
+        "near max": MAX[dtype] / 8,
+    }
     names = list(levels)
     for first in names:
         for second in names:
@@ -150,8 +163,9 @@ def test_lp_magnitudes_that_change_along_the_data(dtype):
             for split in (63, 1025):
                 length = split + 1100
                 scale = np.where(np.arange(length) < split, levels[first], levels[second])
-                x = R.to_dtype(rng.uniform(0.5, 1.5, [2, length]) * scale * rng.choice([-1.0, 1.0], [2, length]),
-                               dtype)[None]
+                x = R.to_dtype(
+                    rng.uniform(0.5, 1.5, [2, length]) * scale * rng.choice([-1.0, 1.0], [2, length]), dtype
+                )[None]
                 for p in (2, 3):
                     check_global("GlobalLpPool", dtype, x, p=p, what=f"{first} then {second} at {split}")
                 plane = x.reshape(1, 2, length // 25 if length % 25 == 0 else 1, -1)
@@ -203,7 +217,7 @@ def _misaligned(x, offset):
     view = x.view(np.uint16) if x.dtype == R.BF16 else x
     out = np.ndarray(view.shape, view.dtype, buffer=raw.data, offset=start)
     out[...] = view
-    return out
+    return out.view(x.dtype)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -212,30 +226,23 @@ def test_misaligned_input_buffers(dtype):
     not aligned even to its element size. Results must not change."""
     rng = rng_for("misaligned", dtype)
     x = R.to_dtype(rng.standard_normal([2, 5, 33, 37]) + 0.5, dtype)
-    cases = [("GlobalAveragePool", {}, R.global_average_pool(x)), ("GlobalMaxPool", {}, R.global_max_pool(x)),
-             ("GlobalLpPool", {"p": 3}, R.global_lp_pool(x, 3)),
-             ("LpPool", {"kernel_shape": [3, 3], "strides": [2, 1], "p": 2}, R.lp_pool(x, [3, 3], [2, 1], p=2))]
+    cases = [
+        ("GlobalAveragePool", {}, R.global_average_pool(x)),
+        ("GlobalMaxPool", {}, R.global_max_pool(x)),
+        ("GlobalLpPool", {"p": 3}, R.global_lp_pool(x, 3)),
+        ("LpPool", {"kernel_shape": [3, 3], "strides": [2, 1], "p": 2}, R.lp_pool(x, [3, 3], [2, 1], p=2)),
+    ]
     for op, attrs, ref in cases:
         sess = make_session(make_model(op, 22, dtype, list(x.shape), attrs))
         for offset in (1, 2, 3, 4, 8, 12):
-            xm = _misaligned(x, offset)
-            if dtype == "bfloat16":
-                ov = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(xm, TensorProto.BFLOAT16)
-            else:
-                ov = ort.OrtValue.ortvalue_from_numpy(xm)
+            ov = to_ortvalue(_misaligned(x, offset))
             assert ov.data_ptr() % 64 == offset
             binding = sess.io_binding()
             binding.bind_ortvalue_input("X", ov)
             binding.bind_output("Y")
             with counts_one_run(op):
                 sess.run_with_iobinding(binding)
-            out = binding.get_outputs()[0]
-            if dtype == "bfloat16":
-                import ctypes
-                y = np.frombuffer(ctypes.string_at(out.data_ptr(), (2 * int(np.prod(out.shape())))), np.uint16)
-                y = y.view(R.BF16).reshape(out.shape())
-            else:
-                y = out.numpy()
+            y = from_ortvalue(binding.get_outputs()[0])
             R.assert_close(y, ref, dtype, R.input_scale(x), f"{op} {dtype} input at 64k+{offset}")
             CASE_COUNTS["huge/odd: misaligned inputs"] += 1
 
@@ -261,8 +268,16 @@ def test_qlinear_misaligned_input_buffers():
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_degenerate_shapes(dtype):
     rng = rng_for("degenerate", dtype)
-    shapes = [[0, 3, 4, 4], [2, 0, 4, 4], [1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1], [1, 2, 2, 1, 2, 1, 2, 3],
-              [1, 1, 100000], [1, 4096, 1, 1], [3, 1, 1, 70000]]
+    shapes = [
+        [0, 3, 4, 4],
+        [2, 0, 4, 4],
+        [1, 1, 1],
+        [1, 1, 1, 1, 1, 1, 1, 1],
+        [1, 2, 2, 1, 2, 1, 2, 3],
+        [1, 1, 100000],
+        [1, 4096, 1, 1],
+        [3, 1, 1, 70000],
+    ]
     for shape in shapes:
         x = R.to_dtype(rng.standard_normal(shape) + 0.25, dtype)
         for op in GLOBAL:
@@ -274,9 +289,12 @@ def test_degenerate_shapes(dtype):
             CASE_COUNTS["huge/odd: degenerate shapes"] += 1
     # LpPool: the kernel is the whole input; windows entirely in the padding give 0; one output per axis
     x = R.to_dtype(rng.standard_normal([2, 3, 4, 5]), dtype)
-    for attrs in ({"kernel_shape": [4, 5]}, {"kernel_shape": [2, 2], "pads": [3, 3, 3, 3], "strides": [3, 3]},
-                  {"kernel_shape": [1, 1], "strides": [100, 100]},
-                  {"kernel_shape": [2, 2], "pads": [2, 2, 2, 2], "strides": [7, 7], "ceil_mode": 1}):
+    for attrs in (
+        {"kernel_shape": [4, 5]},
+        {"kernel_shape": [2, 2], "pads": [3, 3, 3, 3], "strides": [3, 3]},
+        {"kernel_shape": [1, 1], "strides": [100, 100]},
+        {"kernel_shape": [2, 2], "pads": [2, 2, 2, 2], "strides": [7, 7], "ceil_mode": 1},
+    ):
         y, _ = run_op("LpPool", 22, dtype, x, dict(attrs, p=2))
         kw = {k: v for k, v in attrs.items()}
         R.assert_close(y, R.lp_pool(x, **kw, p=2), dtype, R.input_scale(x), f"LpPool {dtype} {attrs}")
@@ -303,27 +321,40 @@ def test_qlinear_small_planes_with_pads_larger_than_the_input(dtype):
     test_qlinear_window_without_input_gives_y_zero_point.)"""
     rng = rng_for("qlinear large pads", dtype)
     lo, hi = RQ.QRANGE[np.dtype(dtype)]
-    for shape, kernel, pads, strides in (([2, 3, 3, 4], [4, 5], [3, 4, 3, 4], [2, 3]),
-                                         ([1, 2, 1, 7], [3, 2], [2, 0, 2, 1], [1, 2]),
-                                         ([1, 1, 5, 1], [2, 6], [0, 5, 1, 5], [3, 1])):
+    for shape, kernel, pads, strides in (
+        ([2, 3, 3, 4], [4, 5], [3, 4, 3, 4], [2, 3]),
+        ([1, 2, 1, 7], [3, 2], [2, 0, 2, 1], [1, 2]),
+        ([1, 1, 5, 1], [2, 6], [0, 5, 1, 5], [3, 1]),
+    ):
         x = rng.integers(lo, hi + 1, shape).astype(dtype)
         for cip, ceil_mode in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            attrs = {"kernel_shape": kernel, "pads": pads, "strides": strides, "count_include_pad": cip,
-                     "ceil_mode": ceil_mode}
+            attrs = {
+                "kernel_shape": kernel,
+                "pads": pads,
+                "strides": strides,
+                "count_include_pad": cip,
+                "ceil_mode": ceil_mode,
+            }
             model, _ = qlinear_model(dtype, shape, attrs, 0.05, 3, 0.07, -2 if dtype == np.int8 else 9)
             with counts_one_run("QLinearAveragePool"):
                 y = make_session(model).run(None, {"X": x})[0]
-            ref, pre = RQ.qlinear_average_pool(x, 0.05, 3, 0.07, -2 if dtype == np.int8 else 9, kernel,
-                                               strides=strides, pads=pads, count_include_pad=cip,
-                                               ceil_mode=ceil_mode)
+            ref, pre = RQ.qlinear_average_pool(
+                x,
+                0.05,
+                3,
+                0.07,
+                -2 if dtype == np.int8 else 9,
+                kernel,
+                strides=strides,
+                pads=pads,
+                count_include_pad=cip,
+                ceil_mode=ceil_mode,
+            )
             check_qlinear(y, ref, pre, f"{dtype.__name__} shape={shape} {attrs}")
         CASE_COUNTS["huge/odd: QLinearAveragePool pads larger than the input"] += 1
 
 
 # --------------------------------------------------------------------------- more than 2^31 elements
-
-HUGE = os.environ.get("ONNX_POOLS_HUGE") == "1"
-huge = pytest.mark.skipif(not HUGE, reason="more than 2^31 elements (several GB): set ONNX_POOLS_HUGE=1")
 
 
 def _available_bytes():
@@ -338,7 +369,7 @@ def _available_bytes():
 
 
 def _need(gib):
-    if _available_bytes() < gib * 2 ** 30:
+    if _available_bytes() < gib * 2**30:
         pytest.skip(f"needs {gib} GiB of available memory")
 
 
@@ -351,15 +382,18 @@ def _fill(x, seed):
     rng = np.random.default_rng(seed)
     for start in range(0, flat.size, CHUNK):
         stop = min(flat.size, start + CHUNK)
-        flat[start:stop] = rng.integers(0, 256, stop - start, dtype=np.uint8) if x.dtype.kind in "iu" and \
-            x.dtype.itemsize == 1 else rng.random(stop - start, dtype=np.float32).astype(x.dtype)
+        flat[start:stop] = (
+            rng.integers(0, 256, stop - start, dtype=np.uint8)
+            if x.dtype.kind in "iu" and x.dtype.itemsize == 1
+            else rng.random(stop - start, dtype=np.float32).astype(x.dtype)
+        )
 
 
 def _log(msg, t0):
     print(f"[huge] {time.perf_counter() - t0:7.1f} s  {msg}", flush=True)
 
 
-@huge
+@pytest.mark.huge
 def test_huge_float16_global_pools():
     """float16 [2, 1, 2^30 + 1]: 2^31 + 2 elements, 4 GiB; the second channel starts at element 2^30 + 1 and ends past
     element 2^31 (byte offsets past 2^32). Values in [0, 1) with a block of 10s at the very end of each channel (2% of
@@ -367,30 +401,34 @@ def test_huge_float16_global_pools():
     results are representable in float16."""
     _need(7)
     t0 = time.perf_counter()
-    size = 2 ** 30 + 1
+    size = 2**30 + 1
     x = np.empty([2, 1, size], np.float16)
     _fill(x, 1)
-    x[:, :, -(1 << 20):] = np.float16(10.0)
+    x[:, :, -(1 << 20) :] = np.float16(10.0)
     x[0, 0, -1] = np.float16(30000.0)
     x[1, 0, 0] = np.float16(20000.0)
     x[1, 0, -1] = np.float16(-1.0)
-    assert x.size > 2 ** 31
-    _log(f"input {x.shape} float16, {x.nbytes / 2 ** 30:.2f} GiB", t0)
+    assert x.size > 2**31
+    _log(f"input {x.shape} float16, {x.nbytes / 2**30:.2f} GiB", t0)
     # reference in float64, chunked
     sums, sq, mx = np.zeros(2), np.zeros(2), np.full(2, -np.inf)
     for c in range(2):
         for start in range(0, size, CHUNK):
-            v = x[c, 0, start:start + CHUNK].astype(np.float64)
+            v = x[c, 0, start : start + CHUNK].astype(np.float64)
             sums[c] += v.sum()
             sq[c] += np.square(v).sum()
             mx[c] = max(mx[c], v.max())
-    ref = {"GlobalAveragePool": (sums / size).reshape(2, 1, 1), "GlobalMaxPool": mx.reshape(2, 1, 1),
-           "GlobalLpPool": np.sqrt(sq).reshape(2, 1, 1)}
+    ref = {
+        "GlobalAveragePool": (sums / size).reshape(2, 1, 1),
+        "GlobalMaxPool": mx.reshape(2, 1, 1),
+        "GlobalLpPool": np.sqrt(sq).reshape(2, 1, 1),
+    }
     _log("reference done", t0)
     for op in GLOBAL:
         for threads in (1, 2):
-            sess = make_session(make_model(op, 22, "float16", list(x.shape), {"p": 2} if op == "GlobalLpPool" else {}),
-                                threads=threads)
+            sess = make_session(
+                make_model(op, 22, "float16", list(x.shape), {"p": 2} if op == "GlobalLpPool" else {}), threads=threads
+            )
             t = time.perf_counter()
             with counts_one_run(op):
                 (y,) = run_session(sess, {"X": x})
@@ -402,7 +440,7 @@ def test_huge_float16_global_pools():
     CASE_COUNTS["huge: > 2^31 elements"] += 1
 
 
-@huge
+@pytest.mark.huge
 def test_huge_uint8_qlinear_average_pool():
     """uint8 with 3 * 715_900_000 = 2_147_700_000 > 2^31 elements (2 GiB), read as one NCHW plane [1, 1, T] (indices
     within a plane past 2^31) and as NHWC [1, T / 3, 3]; kernel 1024, stride 1024, ceil_mode (a partial last window).
@@ -411,7 +449,7 @@ def test_huge_uint8_qlinear_average_pool():
     t0 = time.perf_counter()
     L = 715_900_000
     total = 3 * L
-    assert total > 2 ** 31
+    assert total > 2**31
     buf = np.empty(total, np.uint8)
     _fill(buf, 2)
     _log(f"input {total} bytes", t0)
@@ -431,10 +469,10 @@ def test_huge_uint8_qlinear_average_pool():
             v = x2d[start:stop].view(dtype).astype(np.int32)
             deq = (np.float32(xs) * (v - zp).astype(np.float32)).astype(np.float64)
             full = (stop - start) // K
-            sums = deq[:full * K].reshape(full, K, ch).sum(axis=1)
-            pre[start // K:start // K + full] = sums / K
+            sums = deq[: full * K].reshape(full, K, ch).sum(axis=1)
+            pre[start // K : start // K + full] = sums / K
             if full * K < stop - start:  # the partial last window
-                tail = deq[full * K:]
+                tail = deq[full * K :]
                 pre[start // K + full] = tail.sum(axis=0) / tail.shape[0]
         pre = pre / np.float64(np.float32(ys)) + (yz if dtype == np.uint8 else yz - 128)
         lo, hi = RQ.QRANGE[np.dtype(dtype)]
@@ -465,7 +503,9 @@ def test_huge_uint8_qlinear_average_pool():
             t = time.perf_counter()
             with counts_one_run("QLinearAveragePool"):
                 y = sess.run(None, {"X": x})[0]
-            _log(f"QLinearAveragePool {np.dtype(dtype).name} {layout} {list(x.shape)}: {time.perf_counter() - t:.2f} s",
-                 t0)
+            _log(
+                f"QLinearAveragePool {np.dtype(dtype).name} {layout} {list(x.shape)}: {time.perf_counter() - t:.2f} s",
+                t0,
+            )
             check_qlinear(y, ref, pre, f"QLinearAveragePool {np.dtype(dtype).name} {layout} > 2^31 elements")
             CASE_COUNTS["huge: > 2^31 elements"] += 1

@@ -16,8 +16,13 @@ from conftest import IR_VERSION, make_session, run_op
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(TESTS_DIR)
-ALL_OPS = {"GlobalAveragePool": "", "GlobalMaxPool": "", "GlobalLpPool": "", "LpPool": "",
-           "QLinearAveragePool": "com.microsoft"}
+ALL_OPS = {
+    "GlobalAveragePool": "",
+    "GlobalMaxPool": "",
+    "GlobalLpPool": "",
+    "LpPool": "",
+    "QLinearAveragePool": "com.microsoft",
+}
 
 
 def test_library_path_exists():
@@ -48,8 +53,11 @@ def test_session_options_registers_into_given_object():
     x = R.to_dtype(np.random.default_rng(0).standard_normal([2, 3, 4, 5]), "float64")  # no ORT double kernel
     from conftest import counts_one_run, make_model, run_session
 
-    sess = ort.InferenceSession(make_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5]).SerializeToString(),
-                                so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        make_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5]).SerializeToString(),
+        so,
+        providers=["CPUExecutionProvider"],
+    )
     with counts_one_run("GlobalAveragePool"):
         (y,) = run_session(sess, {"X": x})
     R.assert_close(y, R.global_average_pool(x), "float64", R.input_scale(x))
@@ -58,10 +66,14 @@ def test_session_options_registers_into_given_object():
 def _two_op_model(opset=13):
     T = TensorProto.FLOAT
     g = helper.make_graph(
-        [helper.make_node("GlobalAveragePool", ["X"], ["A"], name="gap"),
-         helper.make_node("GlobalMaxPool", ["X"], ["M"], name="gmp")],
-        "g", [helper.make_tensor_value_info("X", T, [2, 3, 5, 6])],
-        [helper.make_tensor_value_info("A", T, None), helper.make_tensor_value_info("M", T, None)])
+        [
+            helper.make_node("GlobalAveragePool", ["X"], ["A"], name="gap"),
+            helper.make_node("GlobalMaxPool", ["X"], ["M"], name="gmp"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", T, [2, 3, 5, 6])],
+        [helper.make_tensor_value_info("A", T, None), helper.make_tensor_value_info("M", T, None)],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = IR_VERSION
     return m
@@ -94,14 +106,16 @@ def test_ops_selection_all_by_default():
 
 # --------------------------------------------------------------------------- element-type selection
 
+
 def _f16_relu_pool_model(fed_by_relu=True):
     """X(f16) -> [Relu ->] GlobalAveragePool: the pool fed by an ORT compute node, or by the graph input."""
     T = TensorProto.FLOAT16
     nodes = [helper.make_node("GlobalAveragePool", ["R" if fed_by_relu else "X"], ["Y"], name="gap")]
     if fed_by_relu:
         nodes.insert(0, helper.make_node("Relu", ["X"], ["R"], name="relu"))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", T, [2, 8, 6, 5])],
-                          [helper.make_tensor_value_info("Y", T, None)])
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("X", T, [2, 8, 6, 5])], [helper.make_tensor_value_info("Y", T, None)]
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = IR_VERSION
     return m
@@ -153,15 +167,21 @@ def test_types_selection_leaves_other_types_to_ort():
     """A double model with only float taken: ORT has no double kernel, so the session fails to load (as stock ORT
     does) rather than running the library's double kernel."""
     T = TensorProto.DOUBLE
-    g = helper.make_graph([helper.make_node("GlobalMaxPool", ["X"], ["Y"])], "g",
-                          [helper.make_tensor_value_info("X", T, [1, 2, 3, 3])], [helper.make_tensor_value_info("Y", T, None)])
+    g = helper.make_graph(
+        [helper.make_node("GlobalMaxPool", ["X"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", T, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("Y", T, None)],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = IR_VERSION
     with pytest.raises(Exception, match="GlobalMaxPool"):
-        ort.InferenceSession(m.SerializeToString(), onnx_pools.session_options(types=["float"]),
-                             providers=["CPUExecutionProvider"])
-    sess = ort.InferenceSession(m.SerializeToString(), onnx_pools.session_options(types=["double"]),
-                                providers=["CPUExecutionProvider"])
+        ort.InferenceSession(
+            m.SerializeToString(), onnx_pools.session_options(types=["float"]), providers=["CPUExecutionProvider"]
+        )
+    sess = ort.InferenceSession(
+        m.SerializeToString(), onnx_pools.session_options(types=["double"]), providers=["CPUExecutionProvider"]
+    )
     x = np.random.default_rng(4).standard_normal([1, 2, 3, 3])
     np.testing.assert_array_equal(sess.run(None, {"X": x})[0], R.global_max_pool(x))
 
@@ -230,8 +250,10 @@ for dtype in ALL_DTYPES:
         check(lambda: close("GlobalAveragePool", 22, dtype, x, {}, R.global_average_pool(x), sc), "GAP " + what)
         check(lambda: exact_max(x, dtype), "GMP " + what)
         for p in (1, 2, 3):
-            check(lambda: close("GlobalLpPool", 22, dtype, x, {"p": p}, R.global_lp_pool(x, p), sc), f"GLP p={p} " + what)
-        check(lambda: close("GlobalLpPool", 1, dtype, x, {"p": 1.5}, R.global_lp_pool(x, 1.5), sc), "GLP-1 p=1.5 " + what)
+            check(lambda: close("GlobalLpPool", 22, dtype, x, {"p": p}, R.global_lp_pool(x, p), sc),
+                  f"GLP p={p} " + what)
+        check(lambda: close("GlobalLpPool", 1, dtype, x, {"p": 1.5}, R.global_lp_pool(x, 1.5), sc),
+              "GLP-1 p=1.5 " + what)
     # NaN at the last element of an odd-length channel, inf elsewhere
     x = rng.standard_normal([2, 3, 33])
     x[0, 1, 32] = np.nan
@@ -248,10 +270,11 @@ for dtype in ALL_DTYPES:
                   f"LpPool-{opset} {dtype} shape={shape}")
 # float32 accuracy on 1M elements per channel
 rng = np.random.default_rng(5)
-for name, x in (("uniform(1,2)", rng.uniform(1, 2, (1, 2, 1000, 1000))), ("constant 0.1", np.full((1, 2, 1000, 1000), 0.1))):
+for name, x in (("uniform(1,2)", rng.uniform(1, 2, (1, 2, 1000, 1000))),
+                ("constant 0.1", np.full((1, 2, 1000, 1000), 0.1))):
     x = x.astype(np.float32)
-    for op, p, ref in (("GlobalAveragePool", None, R.global_average_pool(x)), ("GlobalLpPool", 1, R.global_lp_pool(x, 1)),
-                       ("GlobalLpPool", 2, R.global_lp_pool(x, 2))):
+    for op, p, ref in (("GlobalAveragePool", None, R.global_average_pool(x)),
+                       ("GlobalLpPool", 1, R.global_lp_pool(x, 1)), ("GlobalLpPool", 2, R.global_lp_pool(x, 2))):
         def acc():
             y, _ = run_op(op, 22, "float32", x, {"p": p} if p else {})
             err = float(np.max(np.abs(y - ref) / np.abs(ref)))
@@ -282,9 +305,13 @@ def test_forced_isa_subprocess(isa):
         pytest.skip("CPU without AVX2/FMA/F16C")
     env = dict(os.environ)
     env["ONNX_POOLS_ISA"] = isa
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))), TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], cwd=TESTS_DIR, env=env, capture_output=True, text=True,
-                       timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))), TESTS_DIR]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", ISA_SCRIPT], cwd=TESTS_DIR, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, f"forced ISA {isa} failed:\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
     m = re.search(r"ISA-CHECK-OK (\w+) (\d+)", r.stdout)
     assert m and m.group(1) == isa and int(m.group(2)) > 250, r.stdout
@@ -297,8 +324,10 @@ def test_model_argument_read_without_onnx_and_bad_bytes_are_a_clear_error():
     facts = onnx_pools._read_model(model)
     assert facts == onnx_pools._read_model(model.SerializeToString())
     domains, nodes = facts
-    assert [(op, inputs, outputs) for op, _, inputs, outputs in nodes] == [("Relu", ["X"], ["R"]),
-                                                                          ("GlobalAveragePool", ["R"], ["Y"])]
+    assert [(op, inputs, outputs) for op, _, inputs, outputs in nodes] == [
+        ("Relu", ["X"], ["R"]),
+        ("GlobalAveragePool", ["R"], ["Y"]),
+    ]
     assert onnx_pools._pool_fed_by_compute(nodes)
     assert not onnx_pools._pool_fed_by_compute(onnx_pools._read_model(_f16_relu_pool_model(False))[1])
     with pytest.raises(ValueError, match="cannot read the model"):

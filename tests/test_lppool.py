@@ -5,12 +5,11 @@ import numpy as np
 import pytest
 
 import reference as R
-from conftest import (ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for,
-                      run_op, run_session)
+from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
 
 OPSETS = [1, 2, 11, 18, 22]
 N_RANDOM = 14  # random cases per (opset, dtype)
-N_STOCK = 30   # stock-ORT comparison cases per opset
+N_STOCK = 30  # stock-ORT comparison cases per opset
 
 
 def gen_case(rng, opset, stock_safe=False):
@@ -70,8 +69,7 @@ def gen_case(rng, opset, stock_safe=False):
         attrs["dilations"] = d
     if ceil_mode or (dil_ok and rng.random() < 0.2):
         attrs["ceil_mode"] = ceil_mode
-    ref_kwargs = dict(kernel_shape=k, strides=s, pads=pads, dilations=d, auto_pad=auto_pad,
-                      ceil_mode=ceil_mode, p=p)
+    ref_kwargs = dict(kernel_shape=k, strides=s, pads=pads, dilations=d, auto_pad=auto_pad, ceil_mode=ceil_mode, p=p)
     return attrs, ref_kwargs, [n, c] + ins
 
 
@@ -185,14 +183,16 @@ def test_lppool_2d_hand_checked():
     x = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
     # 2x2 windows, stride 2, p=2
     y, _ = run_op("LpPool", 22, "float32", x, dict(kernel_shape=[2, 2], strides=[2, 2], p=2))
-    exp = [[np.sqrt(1 + 4 + 25 + 36), np.sqrt(9 + 16 + 49 + 64)],
-           [np.sqrt(81 + 100 + 169 + 196), np.sqrt(121 + 144 + 225 + 256)]]
+    exp = [
+        [np.sqrt(1 + 4 + 25 + 36), np.sqrt(9 + 16 + 49 + 64)],
+        [np.sqrt(81 + 100 + 169 + 196), np.sqrt(121 + 144 + 225 + 256)],
+    ]
     np.testing.assert_allclose(y[0, 0], exp, rtol=1e-6)
     # default p (2), default strides (1), SAME_LOWER 2x2 -> 4x4, padding on top/left
     y, _ = run_op("LpPool", 11, "float32", x, dict(kernel_shape=[2, 2], auto_pad="SAME_LOWER"))
     assert y.shape == (1, 1, 4, 4)
     np.testing.assert_allclose(y[0, 0, 0, 0], 1.0, rtol=1e-6)
-    np.testing.assert_allclose(y[0, 0, 3, 3], np.sqrt(11 ** 2 + 12 ** 2 + 15 ** 2 + 16 ** 2), rtol=1e-6)
+    np.testing.assert_allclose(y[0, 0, 3, 3], np.sqrt(11**2 + 12**2 + 15**2 + 16**2), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -201,11 +201,20 @@ def test_lppool_old_opsets_accept_dilations_and_ceil_mode(opset, dtype):
     rng = rng_for("old opset dil/ceil", opset, dtype)
     x = random_x(rng, [2, 3, 9, 10], dtype)
     p = 3.0 if opset == 1 else 3
-    for extra in (dict(dilations=[2, 1]), dict(ceil_mode=1, strides=[2, 3]),
-                  dict(dilations=[1, 2], ceil_mode=1, strides=[2, 2], pads=[1, 0, 0, 1])):
+    for extra in (
+        dict(dilations=[2, 1]),
+        dict(ceil_mode=1, strides=[2, 3]),
+        dict(dilations=[1, 2], ceil_mode=1, strides=[2, 2], pads=[1, 0, 0, 1]),
+    ):
         attrs = dict(kernel_shape=[3, 2], p=p, **extra)
-        ref_kwargs = dict(kernel_shape=[3, 2], p=p, strides=extra.get("strides"), pads=extra.get("pads"),
-                          dilations=extra.get("dilations"), ceil_mode=extra.get("ceil_mode", 0))
+        ref_kwargs = dict(
+            kernel_shape=[3, 2],
+            p=p,
+            strides=extra.get("strides"),
+            pads=extra.get("pads"),
+            dilations=extra.get("dilations"),
+            ceil_mode=extra.get("ceil_mode", 0),
+        )
         run_and_check(opset, dtype, x, attrs, ref_kwargs, f"LpPool-{opset} {dtype}")
 
 
@@ -252,8 +261,11 @@ def test_lppool_shape_inference_symbolic():
     attrs = dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], p=2)
     sess = make_session(make_model("LpPool", 22, "float32", ["N", 3, "H", 9], attrs))
     out = sess.get_outputs()[0].shape
-    assert len(out) == 4 and out[1] == 3 and out[3] == R.output_shape([1, 3, 9, 9], **{
-        k: attrs[k] for k in ("kernel_shape", "strides", "pads")})[3], out
+    assert (
+        len(out) == 4
+        and out[1] == 3
+        and out[3] == R.output_shape([1, 3, 9, 9], **{k: attrs[k] for k in ("kernel_shape", "strides", "pads")})[3]
+    ), out
     assert out[0] is None or isinstance(out[0], str), out
     assert out[2] is None or isinstance(out[2], str), out
     x = R.to_dtype(rng_for("sym lppool").standard_normal([2, 3, 7, 9]), "float32")

@@ -7,6 +7,7 @@ and the results are right:
 * the float16 / bfloat16 / float64 variants of a model agree with the float32 variant run by stock ORT (same
   weights), which checks the models themselves.
 """
+
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,14 @@ IDS = [p.name for p in MODEL_FILES]
 TOL = {"float": (1e-5, 1e-6), "double": (1e-12, 1e-12), "float16": (1e-3, 1e-5), "bfloat16": (8e-3, 1e-5)}
 
 # model name prefix -> op it must contain
-EXPECTED_OP = {"cnn_gap_": "GlobalAveragePool", "cnn_gmp_": "GlobalMaxPool", "cnn_lppool2d_": "LpPool",
-               "cnn_lppool1d_": "LpPool", "globallppool_": "GlobalLpPool", "avgpool_qop_": "QLinearAveragePool"}
+EXPECTED_OP = {
+    "cnn_gap_": "GlobalAveragePool",
+    "cnn_gmp_": "GlobalMaxPool",
+    "cnn_lppool2d_": "LpPool",
+    "cnn_lppool1d_": "LpPool",
+    "globallppool_": "GlobalLpPool",
+    "avgpool_qop_": "QLinearAveragePool",
+}
 
 
 def test_bundled_models_present():
@@ -58,7 +65,7 @@ def test_model_contains_intended_pooling_op(path):
         assert not {"MaxPool", "AveragePool", "Pow"} & {n.op_type for n in model.graph.node}
         t = path.stem.rsplit("_", 1)[1]
         vis = cli.value_types(model)
-        (node, _), = cli.pooling_nodes(model)
+        ((node, _),) = cli.pooling_nodes(model)
         want = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double"}[t]
         assert cli.elem_name(vis.get(node.input[0])) == want
 
@@ -94,9 +101,19 @@ def _check_node(model, node, x, y, what):
     if op == "QLinearAveragePool":
         ins = list(node.input) + [""] * (5 - len(node.input))
         ref, pre = qlinear_average_pool(
-            x, _init(model, ins[1]), _init(model, ins[2]), _init(model, ins[3]), _init(model, ins[4]),
-            a["kernel_shape"], a.get("strides"), a.get("pads"), a.get("auto_pad", b"NOTSET").decode(),
-            a.get("ceil_mode", 0), a.get("count_include_pad", 0), a.get("channels_last", 0))
+            x,
+            _init(model, ins[1]),
+            _init(model, ins[2]),
+            _init(model, ins[3]),
+            _init(model, ins[4]),
+            a["kernel_shape"],
+            a.get("strides"),
+            a.get("pads"),
+            a.get("auto_pad", b"NOTSET").decode(),
+            a.get("ceil_mode", 0),
+            a.get("count_include_pad", 0),
+            a.get("channels_last", 0),
+        )
         assert y.dtype == ref.dtype and y.shape == ref.shape, what
         bad = (y != ref) & ~near_tie(pre)
         assert not bad.any(), f"{what}: {int(bad.sum())} elements differ from the reference"
@@ -108,12 +125,24 @@ def _check_node(model, node, x, y, what):
     elif op == "GlobalLpPool":
         ref = global_lp_pool(x, a.get("p", 2))
     elif op == "LpPool":
-        ref = lp_pool(x, a["kernel_shape"], a.get("strides"), a.get("pads"), a.get("dilations"),
-                      a.get("auto_pad", b"NOTSET").decode(), a.get("ceil_mode", 0), a.get("p", 2))
+        ref = lp_pool(
+            x,
+            a["kernel_shape"],
+            a.get("strides"),
+            a.get("pads"),
+            a.get("dilations"),
+            a.get("auto_pad", b"NOTSET").decode(),
+            a.get("ceil_mode", 0),
+            a.get("p", 2),
+        )
     else:
         raise AssertionError(op)
-    tname = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.float16): "float16",
-             BF16: "bfloat16"}[np.asarray(y).dtype]
+    tname = {
+        np.dtype(np.float32): "float",
+        np.dtype(np.float64): "double",
+        np.dtype(np.float16): "float16",
+        BF16: "bfloat16",
+    }[np.asarray(y).dtype]
     rtol, af = TOL[tname]
     assert y.dtype == x.dtype and y.shape == ref.shape, what
     np.testing.assert_allclose(to_f64(y), ref, rtol=rtol, atol=af * input_scale(x), err_msg=what)
@@ -139,8 +168,9 @@ def test_model_runs_with_library(path, threads):
     try:
         stock = make_session(model.SerializeToString(), library=False, threads=threads)
     except Exception:
-        assert not path.name.endswith(("_f32.onnx", "_f16.onnx")) or "opset22" in path.name, \
+        assert not path.name.endswith(("_f32.onnx", "_f16.onnx")) or "opset22" in path.name, (
             f"stock ORT should run {path.name}"
+        )
         return
     ref = cli.run_session(stock, feeds)
     for meta, r in zip(stock.get_outputs(), ref):
@@ -149,19 +179,23 @@ def test_model_runs_with_library(path, threads):
         if y.dtype.kind in "iu":
             np.testing.assert_array_equal(y, r, err_msg=path.name)
         elif y.dtype == np.float16:  # stock runs float16 via Casts to float: one rounding apart at most
-            np.testing.assert_allclose(y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5,
-                                       err_msg=path.name)
+            np.testing.assert_allclose(
+                y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5, err_msg=path.name
+            )
         elif path.name.startswith("avgpool_qop_"):
             # Y = DequantizeLinear(quantized output): allow one quantization step from rounding near ties
             step = float(_init(model, "Y_scale"))
             np.testing.assert_allclose(y, r, rtol=0, atol=step * 1.001, err_msg=path.name)
         else:
-            np.testing.assert_allclose(y, r, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(r).max())),
-                                       err_msg=path.name)
+            np.testing.assert_allclose(y, r, rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(r).max())), err_msg=path.name)
 
 
-VARIANTS = [(fam, t) for fam in ("cnn_gap", "cnn_gmp", "cnn_lppool2d", "cnn_lppool1d")
-            for t in ("f16", "bf16", "f64") if (MODELS_DIR / f"{fam}_{t}.onnx").exists()]
+VARIANTS = [
+    (fam, t)
+    for fam in ("cnn_gap", "cnn_gmp", "cnn_lppool2d", "cnn_lppool1d")
+    for t in ("f16", "bf16", "f64")
+    if (MODELS_DIR / f"{fam}_{t}.onnx").exists()
+]
 
 
 @pytest.mark.parametrize("fam,t", VARIANTS, ids=[f"{f}_{t}" for f, t in VARIANTS])
@@ -179,5 +213,4 @@ def test_type_variant_matches_float32_model(fam, t):
     # and one of the result. f16: the whole network runs in float16.
     rtol = {"f64": 1e-5, "bf16": 2e-2, "f16": 1e-2}[t]
     scale = float(np.abs(r).max())
-    np.testing.assert_allclose(to_f64(y), r.astype(np.float64), rtol=rtol, atol=rtol * scale,
-                               err_msg=f"{fam}_{t}")
+    np.testing.assert_allclose(to_f64(y), r.astype(np.float64), rtol=rtol, atol=rtol * scale, err_msg=f"{fam}_{t}")

@@ -11,7 +11,7 @@ from conftest import CASE_COUNTS, IR_VERSION, counts_one_run, make_session, run_
 OPS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cases():
     from onnx.backend.test.case.node import collect_testcases
 
@@ -28,10 +28,20 @@ def _cases():
 
 # the names we expect onnx 1.23 to ship (collected dynamically below, this list guards against an
 # empty selection silently passing)
-EXPECTED = ["test_globalaveragepool", "test_globalaveragepool_precomputed", "test_globalmaxpool",
-            "test_globalmaxpool_precomputed", "test_lppool_1d_default", "test_lppool_2d_default",
-            "test_lppool_3d_default", "test_lppool_2d_same_upper", "test_lppool_2d_same_lower",
-            "test_lppool_2d_pads", "test_lppool_2d_strides", "test_lppool_2d_dilations"]
+EXPECTED = [
+    "test_globalaveragepool",
+    "test_globalaveragepool_precomputed",
+    "test_globalmaxpool",
+    "test_globalmaxpool_precomputed",
+    "test_lppool_1d_default",
+    "test_lppool_2d_default",
+    "test_lppool_3d_default",
+    "test_lppool_2d_same_upper",
+    "test_lppool_2d_same_lower",
+    "test_lppool_2d_pads",
+    "test_lppool_2d_strides",
+    "test_lppool_2d_dilations",
+]
 
 
 def test_cases_were_collected():

@@ -3,13 +3,11 @@ op, each example checked against the independent references (reference.py, refer
 have run on the library's kernel (onnx_pools.call_counts()).
 
 Reproducible by default: the "ci" profile is derandomized (the same examples on every run) with a bounded number
-of examples per test. Deeper runs:
-    ONNX_POOLS_HYPOTHESIS=deep PYTHONPATH=. python -m pytest tests/test_properties.py -q   # randomized, 2000 each
-    ONNX_POOLS_HYPOTHESIS_EXAMPLES=500 ...                                                # any profile, N each
+of examples per test. Deeper runs (the tests carry the `deep` marker; naming it in -m switches the profile):
+    PYTHONPATH=. python -m pytest tests/test_properties.py -q -m deep          # randomized, 2000 each
+    ... --property-examples 500                                                 # either profile, N each
 A failure prints the falsifying example and (deep profile) the @reproduce_failure blob.
 """
-
-import os
 
 import numpy as np
 import pytest
@@ -19,16 +17,31 @@ from onnx import TensorProto, helper, numpy_helper
 
 import reference as R
 import reference_qlinear as RQ
-from conftest import (ALL_DTYPES, CASE_COUNTS, IR_VERSION, _ORT_WRAPPER, counts_one_run, make_model, make_session,
-                      run_session)
+from conftest import (
+    _ORT_WRAPPER,
+    ALL_DTYPES,
+    CASE_COUNTS,
+    IR_VERSION,
+    counts_one_run,
+    make_model,
+    make_session,
+    option,
+    run_session,
+    selected,
+)
 
-_COMMON = dict(deadline=None, database=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+_COMMON = dict(
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 settings.register_profile("onnx_pools_ci", max_examples=250, derandomize=True, **_COMMON)
 settings.register_profile("onnx_pools_deep", max_examples=2000, derandomize=False, **_COMMON)
-_PROFILE = "onnx_pools_" + os.environ.get("ONNX_POOLS_HYPOTHESIS", "ci")
-_EXAMPLES = os.environ.get("ONNX_POOLS_HYPOTHESIS_EXAMPLES")
-SETTINGS = settings(settings.get_profile(_PROFILE), **({"max_examples": int(_EXAMPLES)} if _EXAMPLES else {}))
+_PROFILE = "onnx_pools_deep" if selected("deep") else "onnx_pools_ci"
+_EXAMPLES = option("property_examples")
+SETTINGS = settings(settings.get_profile(_PROFILE), **({"max_examples": _EXAMPLES} if _EXAMPLES else {}))
+pytestmark = pytest.mark.deep
 
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
 GLOBAL_OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
@@ -37,7 +50,7 @@ FLOAT_P = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 7.25, 10.0]
 
 # Smallest positive subnormal of each type. Where the true result is itself subnormal, the output type cannot hold
 # it to the relative tolerance; rounding to the type's grid costs up to one such step, which is added to atol.
-SUBNORMAL = {"float32": 2.0 ** -149, "float64": 2.0 ** -1074, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+SUBNORMAL = {"float32": 2.0**-149, "float64": 2.0**-1074, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 DENORMAL_SCALE = {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5, "bfloat16": 5e-39}
 
 
@@ -59,10 +72,14 @@ def value_spec(draw, bounded):
     kind = draw(st.sampled_from(kinds))
     specials = []
     if draw(st.integers(0, 3)) == 0:
-        specials = draw(st.lists(st.tuples(st.floats(0, 1, exclude_max=True),
-                                           st.sampled_from([np.inf, -np.inf, np.nan, 0.0, -0.0])),
-                                 min_size=1, max_size=3))
-    return kind, draw(st.integers(0, 2 ** 32 - 1)), specials
+        specials = draw(
+            st.lists(
+                st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from([np.inf, -np.inf, np.nan, 0.0, -0.0])),
+                min_size=1,
+                max_size=3,
+            )
+        )
+    return kind, draw(st.integers(0, 2**32 - 1)), specials
 
 
 def make_values(spec, shape, dtype):
@@ -118,8 +135,9 @@ def global_case(draw):
     if op == "GlobalLpPool" and draw(st.booleans()):
         p = draw(st.sampled_from(FLOAT_P)) if opset == 1 else draw(st.integers(1, 12))
         attrs["p"] = p
-    # a mean of values near the type's top overflows any same-type sum (BUG-7, test_huge_and_odd.py), and the float64
-    # reference's own sum for float64 inputs: GlobalAveragePool draws bounded values
+    # a mean of values near the type's top overflows a sum kept in the same type (test_huge_and_odd.py's
+    # test_global_average_near_the_top_of_the_range checks those inputs), and so would the float64 reference's own
+    # sum for float64 inputs: GlobalAveragePool draws bounded values
     spec = draw(value_spec(bounded=(op == "GlobalAveragePool")))
     style = draw(st.sampled_from(["static", "symbolic", "none"]))
     threads = draw(st.sampled_from([1, 2]))
@@ -234,8 +252,9 @@ QTYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.
 TIE_TOL = 1e-3
 
 
-def qlinear_model(dtype, in_shape, attrs, x_scale, x_zero_point, y_scale, y_zero_point, node_name="node0",
-                  params_as_inputs=False):
+def qlinear_model(
+    dtype, in_shape, attrs, x_scale, x_zero_point, y_scale, y_zero_point, node_name="node0", params_as_inputs=False
+):
     """One com.microsoft.QLinearAveragePool node. Scales and zero points are initializers (or graph inputs when
     params_as_inputs; then the returned feeds hold them). A zero point of None is left out: '' for x_zero_point,
     an absent trailing input for y_zero_point. Returns (model, feeds without X)."""
@@ -253,27 +272,34 @@ def qlinear_model(dtype, in_shape, attrs, x_scale, x_zero_point, y_scale, y_zero
     inits, feeds = [], {}
     for name, v in values.items():
         if params_as_inputs:
-            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT if v.dtype == np.float32 else T,
-                                                        list(v.shape)))
+            inputs.append(
+                helper.make_tensor_value_info(name, TensorProto.FLOAT if v.dtype == np.float32 else T, list(v.shape))
+            )
             feeds[name] = v
         else:
             inits.append(numpy_helper.from_array(v, name))
     node = helper.make_node("QLinearAveragePool", names, ["Y"], name=node_name, domain="com.microsoft", **attrs)
     graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", T, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = IR_VERSION
     return model, feeds
 
 
 def check_qlinear(y, ref, pre, what):
     """Exact, except within TIE_TOL of a rounding tie, where float evaluation order may decide: one step there."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape, f"{what}: got {y.dtype}{list(y.shape)}, expected {ref.dtype}{list(ref.shape)}"
+    assert y.dtype == ref.dtype and y.shape == ref.shape, (
+        f"{what}: got {y.dtype}{list(y.shape)}, expected {ref.dtype}{list(ref.shape)}"
+    )
     d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
     bad = ((d > 0) & ~RQ.near_tie(pre, TIE_TOL)) | (d > 1)
     if bad.any():
         i = tuple(int(v) for v in np.argwhere(bad)[0])
-        pytest.fail(f"{what}: {int(bad.sum())} of {d.size} elements differ from the reference; first at {i}: "
-                    f"got {int(y[i])}, expected {int(ref[i])} (pre-rounding {float(pre[i])!r})")
+        pytest.fail(
+            f"{what}: {int(bad.sum())} of {d.size} elements differ from the reference; first at {i}: "
+            f"got {int(y[i])}, expected {int(ref[i])} (pre-rounding {float(pre[i])!r})"
+        )
 
 
 @st.composite
@@ -312,14 +338,32 @@ def qlinear_case(draw):
     xz = draw(st.one_of(st.none(), st.integers(lo, hi)))
     yz = draw(st.one_of(st.none(), st.integers(lo, hi)))
     data = draw(st.sampled_from(["uniform", "uniform", "extreme", "narrow"]))
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(st.integers(0, 2**32 - 1))
     declared = draw(st.booleans())
     as_inputs = draw(st.booleans())
     threads = draw(st.sampled_from([1, 2]))
     shape = [n] + (spatial + [c] if cl else [c] + spatial)
-    return dict(dtype=dtype, cl=cl, shape=shape, spatial=spatial, attrs=attrs, strides=strides, pads=pads,
-                auto_pad=auto_pad, ceil_mode=ceil_mode, cip=cip, xs=xs, ys=ys, xz=xz, yz=yz, data=data, seed=seed,
-                declared=declared, as_inputs=as_inputs, threads=threads)
+    return dict(
+        dtype=dtype,
+        cl=cl,
+        shape=shape,
+        spatial=spatial,
+        attrs=attrs,
+        strides=strides,
+        pads=pads,
+        auto_pad=auto_pad,
+        ceil_mode=ceil_mode,
+        cip=cip,
+        xs=xs,
+        ys=ys,
+        xz=xz,
+        yz=yz,
+        data=data,
+        seed=seed,
+        declared=declared,
+        as_inputs=as_inputs,
+        threads=threads,
+    )
 
 
 def qlinear_data(case):
@@ -338,13 +382,29 @@ def qlinear_data(case):
 @given(qlinear_case())
 def test_qlinear_average_pool_property(case):
     x = qlinear_data(case)
-    what = (f"QLinearAveragePool {case['dtype'].name} x{case['shape']} attrs={case['attrs']} xs={case['xs']} "
-            f"xz={case['xz']} ys={case['ys']} yz={case['yz']}")
-    model, feeds = qlinear_model(case["dtype"], case["shape"] if case["declared"] else None, case["attrs"], case["xs"],
-                                 case["xz"], case["ys"], case["yz"], params_as_inputs=case["as_inputs"])
+    what = (
+        f"QLinearAveragePool {case['dtype'].name} x{case['shape']} attrs={case['attrs']} xs={case['xs']} "
+        f"xz={case['xz']} ys={case['ys']} yz={case['yz']}"
+    )
+    model, feeds = qlinear_model(
+        case["dtype"],
+        case["shape"] if case["declared"] else None,
+        case["attrs"],
+        case["xs"],
+        case["xz"],
+        case["ys"],
+        case["yz"],
+        params_as_inputs=case["as_inputs"],
+    )
     try:
-        _, _, out = RQ.pool_geometry(case["spatial"], case["attrs"]["kernel_shape"], case["strides"], case["pads"],
-                                     case["auto_pad"], case["ceil_mode"])
+        _, _, out = RQ.pool_geometry(
+            case["spatial"],
+            case["attrs"]["kernel_shape"],
+            case["strides"],
+            case["pads"],
+            case["auto_pad"],
+            case["ceil_mode"],
+        )
     except ValueError:
         with pytest.raises(Exception) as ei:
             make_session(model, threads=case["threads"]).run(None, {"X": x, **feeds})
@@ -356,8 +416,19 @@ def test_qlinear_average_pool_property(case):
     sess = make_session(model, threads=case["threads"])
     with counts_one_run("QLinearAveragePool"):
         y = sess.run(None, {"X": x, **feeds})[0]
-    ref, pre = RQ.qlinear_average_pool(x, case["xs"], case["xz"], case["ys"], case["yz"], case["attrs"]["kernel_shape"],
-                                       case["strides"], case["pads"], case["auto_pad"], case["ceil_mode"], case["cip"],
-                                       case["cl"])
+    ref, pre = RQ.qlinear_average_pool(
+        x,
+        case["xs"],
+        case["xz"],
+        case["ys"],
+        case["yz"],
+        case["attrs"]["kernel_shape"],
+        case["strides"],
+        case["pads"],
+        case["auto_pad"],
+        case["ceil_mode"],
+        case["cip"],
+        case["cl"],
+    )
     check_qlinear(y, ref, pre, what)
     CASE_COUNTS["properties: QLinearAveragePool"] += 1

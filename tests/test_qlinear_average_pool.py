@@ -4,8 +4,9 @@ Every randomized case is checked against the independent numpy reference in
 reference_qlinear.py (exactly, except within 1e-3 of a rounding tie, where one step is
 allowed) and against stock ONNX Runtime's own kernel (a session without the library).
 The fraction of elements identical to stock ORT is aggregated over all cases and
-reported by test_zz_identical_fraction_vs_stock_ort (asserted >= 99.9% over the cases with
-generic scale ratios; see there).
+reported by test_identical_fraction_vs_stock_ort (asserted >= 99.9% over the cases with
+generic scale ratios; see there), which runs in any order: it computes whatever comparison
+the parametrized tests have not made yet.
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ import sys
 import textwrap
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_qlinear import QRANGE, near_tie, pool_geometry, qlinear_average_pool  # noqa: E402
-
 import onnx_pools  # noqa: E402
 from conftest import make_session  # noqa: E402
+from reference_qlinear import QRANGE, near_tie, pool_geometry, qlinear_average_pool  # noqa: E402
 
 OP = "QLinearAveragePool"
 OPSETS = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
@@ -79,11 +78,15 @@ def build_model(x_shape, dtype, attrs, params, zp_mode="both", sources=None, sca
             inits.append(numpy_helper.from_array(arr, names[key]))
         else:
             graph_inputs.append(
-                helper.make_tensor_value_info(names[key], TensorProto.FLOAT if tdt == np.float32 else ONNX_T[dtype], list(arr.shape))
+                helper.make_tensor_value_info(
+                    names[key], TensorProto.FLOAT if tdt == np.float32 else ONNX_T[dtype], list(arr.shape)
+                )
             )
             feeds[names[key]] = arr
     node = helper.make_node(OP, node_inputs, ["Y"], name="pool_node", domain="com.microsoft", **attrs)
-    graph = helper.make_graph([node], "qlap", graph_inputs, [helper.make_tensor_value_info("Y", ONNX_T[dtype], None)], inits)
+    graph = helper.make_graph(
+        [node], "qlap", graph_inputs, [helper.make_tensor_value_info("Y", ONNX_T[dtype], None)], inits
+    )
     model = helper.make_model(graph, opset_imports=OPSETS, ir_version=IR_VERSION)
     return model, feeds
 
@@ -127,7 +130,8 @@ def _gen_cases(seed=20261121, n_random=300):
     cases = []
 
     def add(case):
-        case["id"] = f"c{len(cases):03d}-{np.dtype(case['dtype']).name}-{'nhwc' if case['cl'] else 'nchw'}-{len(case['spatial'])}d"
+        layout = "nhwc" if case["cl"] else "nchw"
+        case["id"] = f"c{len(cases):03d}-{np.dtype(case['dtype']).name}-{layout}-{len(case['spatial'])}d"
         cases.append(case)
 
     attempts = 0
@@ -194,10 +198,28 @@ def _gen_cases(seed=20261121, n_random=300):
         data = str(rng.choice(["uniform", "uniform", "uniform", "extreme", "narrow"]))
         add(
             dict(
-                dtype=dtype, cl=cl, spatial=spatial, N=N, C=C, attrs=attrs, auto_pad=auto_pad, strides=strides,
-                pads=pads, ceil_mode=ceil_mode, cip=cip, zp_mode=zp_mode, xs=xs, ys=ys, xz=xz, yz=yz,
-                sources=sources, scale_shapes=scale_shapes, data=data, seed=int(rng.integers(1 << 31)),
-                threads=int(rng.choice([1, 2])), tie_heavy=tie_heavy,
+                dtype=dtype,
+                cl=cl,
+                spatial=spatial,
+                N=N,
+                C=C,
+                attrs=attrs,
+                auto_pad=auto_pad,
+                strides=strides,
+                pads=pads,
+                ceil_mode=ceil_mode,
+                cip=cip,
+                zp_mode=zp_mode,
+                xs=xs,
+                ys=ys,
+                xz=xz,
+                yz=yz,
+                sources=sources,
+                scale_shapes=scale_shapes,
+                data=data,
+                seed=int(rng.integers(1 << 31)),
+                threads=int(rng.choice([1, 2])),
+                tie_heavy=tie_heavy,
             )
         )
 
@@ -205,13 +227,63 @@ def _gen_cases(seed=20261121, n_random=300):
     big = [
         (np.uint8, 0, [20, 20], 2, 64, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "NOTSET", 0, 0),
         (np.uint8, 1, [20, 20], 2, 64, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "NOTSET", 0, 0),
-        (np.int8, 1, [17, 15], 1, 67, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, "NOTSET", 0, 1),
-        (np.int8, 0, [17, 15], 1, 67, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, "NOTSET", 0, 1),
+        (
+            np.int8,
+            1,
+            [17, 15],
+            1,
+            67,
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+            "NOTSET",
+            0,
+            1,
+        ),
+        (
+            np.int8,
+            0,
+            [17, 15],
+            1,
+            67,
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+            "NOTSET",
+            0,
+            1,
+        ),
         (np.uint8, 1, [14, 14], 2, 130, {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, "NOTSET", 1, 0),
-        (np.uint8, 0, [33, 31], 1, 9, {"kernel_shape": [5, 4], "strides": [2, 3], "auto_pad": "SAME_UPPER"}, "SAME_UPPER", 0, 0),
+        (
+            np.uint8,
+            0,
+            [33, 31],
+            1,
+            9,
+            {"kernel_shape": [5, 4], "strides": [2, 3], "auto_pad": "SAME_UPPER"},
+            "SAME_UPPER",
+            0,
+            0,
+        ),
         (np.int8, 1, [6, 7, 8], 1, 40, {"kernel_shape": [3, 3, 3], "pads": [1, 1, 1, 1, 1, 1]}, "NOTSET", 0, 0),
-        (np.uint8, 0, [200], 3, 24, {"kernel_shape": [7], "strides": [3], "auto_pad": "SAME_LOWER"}, "SAME_LOWER", 0, 0),
-        (np.int8, 1, [56, 56], 1, 32, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, "NOTSET", 0, 1),
+        (
+            np.uint8,
+            0,
+            [200],
+            3,
+            24,
+            {"kernel_shape": [7], "strides": [3], "auto_pad": "SAME_LOWER"},
+            "SAME_LOWER",
+            0,
+            0,
+        ),
+        (
+            np.int8,
+            1,
+            [56, 56],
+            1,
+            32,
+            {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+            "NOTSET",
+            0,
+            1,
+        ),
         (np.uint8, 0, [56, 56], 1, 32, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, "NOTSET", 0, 0),
     ]
     for i, (dtype, cl, spatial, N, C, attrs, ap, ceil, cip) in enumerate(big):
@@ -220,11 +292,28 @@ def _gen_cases(seed=20261121, n_random=300):
         lo, hi = QRANGE[np.dtype(dtype)]
         add(
             dict(
-                dtype=dtype, cl=cl, spatial=spatial, N=N, C=C, attrs=attrs, auto_pad=ap, strides=attrs.get("strides"),
-                pads=attrs.get("pads"), ceil_mode=ceil, cip=cip, zp_mode=["both", "x_empty_y_omitted", "y_empty"][i % 3],
-                xs=float(np.float32(0.0213 + 0.0107 * i)), ys=float(np.float32(0.0151 + 0.0031 * i)),
-                xz=int(lo + 37 + 11 * i), yz=int(lo + 100 - 9 * i), sources={"xs": "input" if i % 4 == 0 else "init"},
-                scale_shapes={}, data="uniform", seed=1000 + i, threads=2 if i % 2 else 1, tie_heavy=False,
+                dtype=dtype,
+                cl=cl,
+                spatial=spatial,
+                N=N,
+                C=C,
+                attrs=attrs,
+                auto_pad=ap,
+                strides=attrs.get("strides"),
+                pads=attrs.get("pads"),
+                ceil_mode=ceil,
+                cip=cip,
+                zp_mode=["both", "x_empty_y_omitted", "y_empty"][i % 3],
+                xs=float(np.float32(0.0213 + 0.0107 * i)),
+                ys=float(np.float32(0.0151 + 0.0031 * i)),
+                xz=int(lo + 37 + 11 * i),
+                yz=int(lo + 100 - 9 * i),
+                sources={"xs": "input" if i % 4 == 0 else "init"},
+                scale_shapes={},
+                data="uniform",
+                seed=1000 + i,
+                threads=2 if i % 2 else 1,
+                tie_heavy=False,
             )
         )
     return cases
@@ -264,6 +353,7 @@ def stock_pads_negatively(case):
     return any(k < s for k, s in zip(case["attrs"]["kernel_shape"], strides))
 
 
+# per case id, shared by test_random_case and test_identical_fraction_vs_stock_ort (whichever runs first fills them)
 _LIB_RESULTS: dict[str, np.ndarray] = {}
 _STOCK_STATS: dict[str, tuple[int, int]] = {}
 
@@ -298,16 +388,29 @@ def test_random_case(case):
     x, y = _run_case(case)
     xz, yz = _effective_zps(case)
     ref, pre = qlinear_average_pool(
-        x, case["xs"], xz, case["ys"], yz, case["attrs"]["kernel_shape"], case["strides"], case["pads"],
-        case["auto_pad"], case["ceil_mode"], case["cip"], case["cl"],
+        x,
+        case["xs"],
+        xz,
+        case["ys"],
+        yz,
+        case["attrs"]["kernel_shape"],
+        case["strides"],
+        case["pads"],
+        case["auto_pad"],
+        case["ceil_mode"],
+        case["cip"],
+        case["cl"],
     )
-    check_against_reference(y, ref, pre, what=f"{case['id']} attrs={case['attrs']} x{list(x.shape)} zp={case['zp_mode']}")
+    check_against_reference(
+        y, ref, pre, what=f"{case['id']} attrs={case['attrs']} x{list(x.shape)} zp={case['zp_mode']}"
+    )
     if not stock_pads_negatively(case):
         _stock_compare(case, x, y)
 
 
-def test_zz_identical_fraction_vs_stock_ort(request):
-    """Aggregate over all cases (computes whatever the parametrized tests did not).
+def test_identical_fraction_vs_stock_ort(request):
+    """Aggregate over all cases (computes whatever the parametrized tests did not, so it does
+    not depend on running after them).
 
     Asserted: >= 99.9% identical over the cases with generic scale ratios. Cases whose
     y_scale / x_scale is 1 or a power of two ("tie-heavy") put many elements exactly on a
@@ -338,7 +441,8 @@ def test_zz_identical_fraction_vs_stock_ort(request):
         fractions[label] = same / total if total else float("nan")
         lines.append(f"  {label}: {same}/{total} identical ({fractions[label]:.5%}) over {len(stats)} cases")
     msg = (
-        "QLinearAveragePool library vs stock ORT (max diff 1 asserted everywhere):\n" + "\n".join(lines)
+        "QLinearAveragePool library vs stock ORT (max diff 1 asserted everywhere):\n"
+        + "\n".join(lines)
         + f"\n  {skipped} cases not compared (SAME with kernel < stride: stock pads negatively)"
     )
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -349,7 +453,7 @@ def test_zz_identical_fraction_vs_stock_ort(request):
     else:
         print(msg)
     assert fractions["generic scales"] >= 0.999, msg
-    # The issue's bar over every compared element, tie-heavy scales included: the library evaluates near-tie
+    # The same 99.9% bar over every compared element, tie-heavy scales included: the library evaluates near-tie
     # elements as ORT does, so this holds for it (stock ORT vs exact rounding alone would not).
     assert fractions["all"] >= 0.999, msg
 
@@ -388,7 +492,10 @@ def test_random_cases_on_other_isa_paths(isa):
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     r = subprocess.run(
         [sys.executable, "-c", _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)],
-        env=env, capture_output=True, text=True, cwd=tests_dir,  # not the repo root: its onnx_pools may be unbuilt
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tests_dir,  # not the repo root: its onnx_pools may be unbuilt
     )
     assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     assert f"checked {len(CASES)} cases on {isa}" in r.stdout
@@ -534,7 +641,12 @@ def test_error_bad_scale_value(which, value):
 def test_scales_and_zero_points_of_shape_1_accepted():
     # a "scalar" is a tensor of shape [] or [1]
     model, feeds = build_model(
-        X2D_U8.shape, np.uint8, {"kernel_shape": [2, 2]}, P0, "both", {"ys": "input", "xz": "input"},
+        X2D_U8.shape,
+        np.uint8,
+        {"kernel_shape": [2, 2]},
+        P0,
+        "both",
+        {"ys": "input", "xz": "input"},
         {"xs": [1], "ys": [1], "xz": [1], "yz": [1]},
     )
     y = run_lib_counted(model, {"X": X2D_U8, **feeds})
@@ -556,8 +668,18 @@ def test_scales_and_zero_points_of_shape_1_accepted():
         ({"kernel_shape": [2, 2], "pads": [-1, 0, 0, 0]}, "pads"),
         ({"kernel_shape": [2, 2], "pads": [1, 1]}, "pads"),
     ],
-    ids=["zero-stride", "zero-stride-same", "no-kernel", "kernel-too-big", "kernel-too-big-padded",
-         "kernel-too-big-valid", "kernel-rank-mismatch", "zero-kernel", "negative-pad", "pads-length"],
+    ids=[
+        "zero-stride",
+        "zero-stride-same",
+        "no-kernel",
+        "kernel-too-big",
+        "kernel-too-big-padded",
+        "kernel-too-big-valid",
+        "kernel-rank-mismatch",
+        "zero-kernel",
+        "negative-pad",
+        "pads-length",
+    ],
 )
 def test_error_attributes(attrs, pattern):
     model, feeds = build_model(X2D_U8.shape, np.uint8, attrs, P0)

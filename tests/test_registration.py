@@ -1,9 +1,10 @@
 """How the library's registration coexists with ORT's own graph rewrites and domains."""
+
 import numpy as np
-import onnx_pools
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+import onnx_pools
 from reference import global_average_pool
 
 
@@ -11,12 +12,18 @@ def conv_relu_pool_model(channels=16, opsets=(("", 13),)):
     """A float Conv -> Relu -> GlobalAveragePool: ORT fuses Conv+Relu into com.microsoft.FusedConv and its NCHWc
     transformer rewrites float pools with C a multiple of 8/16."""
     w = np.random.default_rng(0).standard_normal((channels, 3, 3, 3)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("GlobalAveragePool", ["r"], ["Y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 8, 8])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w, "W")])
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "W")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=8)
     return model, w
 
@@ -26,7 +33,7 @@ def reference(x, w):
     out = np.zeros((x.shape[0], w.shape[0], 8, 8))
     for i in range(8):
         for j in range(8):
-            out[:, :, i, j] = np.einsum("nchw,kchw->nk", xp[:, :, i:i + 3, j:j + 3], w.astype(np.float64))
+            out[:, :, i, j] = np.einsum("nchw,kchw->nk", xp[:, :, i : i + 3, j : j + 3], w.astype(np.float64))
     return global_average_pool(np.maximum(out, 0))
 
 
@@ -57,14 +64,27 @@ def test_default_takes_only_standard_domain_ops():
 
 
 def qlinear_model():
-    inits = [numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in
-             [("xs", 0.1, np.float32), ("ys", 0.1, np.float32)]]
-    node = helper.make_node("QLinearAveragePool", ["X", "xs", "", "ys", ""], ["Y"], domain="com.microsoft",
-                            kernel_shape=[2, 2], strides=[2, 2])
-    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("X", TensorProto.UINT8, [1, 1, 2, 2])],
-                              [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
-                             ir_version=8)
+    inits = [
+        numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in [("xs", 0.1, np.float32), ("ys", 0.1, np.float32)]
+    ]
+    node = helper.make_node(
+        "QLinearAveragePool",
+        ["X", "xs", "", "ys", ""],
+        ["Y"],
+        domain="com.microsoft",
+        kernel_shape=[2, 2],
+        strides=[2, 2],
+    )
+    graph = helper.make_graph(
+        [node],
+        "q",
+        [helper.make_tensor_value_info("X", TensorProto.UINT8, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)],
+        inits,
+    )
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)], ir_version=8
+    )
 
 
 def test_model_importing_com_microsoft_gets_qlinear_average_pool():
