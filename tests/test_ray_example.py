@@ -15,6 +15,11 @@ def test_ray_batch_inference(tmp_path):
     pytest.importorskip("ray.data", reason="ray is not installed (optional: pip install 'onnx-pools[ray]')")
     if not EXAMPLE.exists():
         pytest.skip("examples/ ships with the source checkout only")
+    import onnx_pools
+    from test_packaging import elf_dynamic
+
+    if any(n.startswith(("libasan", "libubsan")) for n in elf_dynamic(onnx_pools.get_library_path())[0]):
+        pytest.skip("sanitizer build of the library: Ray's worker processes are not run under the sanitizer runtime")
     r = subprocess.run([sys.executable, str(EXAMPLE), "--rows", "32", "--workers", "2"], capture_output=True,
                        text=True, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
