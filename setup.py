@@ -1,9 +1,14 @@
-"""Builds csrc/ with CMake into a shared library placed inside the onnx_pools package."""
+"""Builds csrc/ with CMake into a shared library placed inside the onnx_pools package, and installs with the package
+what its command line needs outside a source checkout: the bundled models (onnx_pools/models/*.onnx) and the
+benchmark (bench/bench.py as the module onnx_pools._bench)."""
+import glob
 import os
+import shutil
 import subprocess
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
@@ -26,7 +31,31 @@ class BuildWithCMake(build_ext):
         if os.environ.get("ONNXRUNTIME_INCLUDE_DIR"):
             configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={os.environ['ONNXRUNTIME_INCLUDE_DIR']}")
         subprocess.check_call(configure)
-        subprocess.check_call(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)])
+        subprocess.check_call(["cmake", "--build", build_dir, "-j", str(min(os.cpu_count() or 2, 2))])
+
+
+class BuildPyWithData(build_py):
+    """The package plus files kept elsewhere in the checkout: models/*.onnx -> onnx_pools/models/,
+    bench/bench.py -> onnx_pools/_bench.py (bench.py stays where it is: one copy in the source tree)."""
+
+    def run(self):
+        super().run()
+        package = os.path.join(self.build_lib, "onnx_pools")
+        models = sorted(glob.glob(os.path.join(ROOT, "models", "*.onnx")))
+        os.makedirs(os.path.join(package, "models"), exist_ok=True)
+        for path in models:
+            self.copy_file(path, os.path.join(package, "models", os.path.basename(path)))
+        bench = os.path.join(ROOT, "bench", "bench.py")
+        if os.path.exists(bench):
+            self.copy_file(bench, os.path.join(package, "_bench.py"))
+
+    def get_outputs(self, include_bytecode=1):
+        package = os.path.join(self.build_lib, "onnx_pools")
+        extra = [os.path.join(package, "models", os.path.basename(p))
+                 for p in glob.glob(os.path.join(ROOT, "models", "*.onnx"))]
+        if os.path.exists(os.path.join(ROOT, "bench", "bench.py")):
+            extra.append(os.path.join(package, "_bench.py"))
+        return super().get_outputs(include_bytecode) + extra
 
 
 class PlatformWheel(bdist_wheel):
@@ -35,12 +64,13 @@ class PlatformWheel(bdist_wheel):
         self.root_is_pure = False
 
     def get_tag(self):
-        # No Python C-API use: one wheel serves every Python 3 on this platform.
+        # No Python C-API use: one wheel serves every Python 3 on this platform. The platform tag is the build
+        # machine's (linux_x86_64); scripts/wheel_check.sh retags it manylinux with auditwheel repair.
         _, _, platform = super().get_tag()
         return "py3", "none", platform
 
 
 setup(
     ext_modules=[Extension("onnx_pools.libonnx_pools", sources=[])],
-    cmdclass={"build_ext": BuildWithCMake, "bdist_wheel": PlatformWheel},
+    cmdclass={"build_ext": BuildWithCMake, "build_py": BuildPyWithData, "bdist_wheel": PlatformWheel},
 )

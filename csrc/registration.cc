@@ -90,7 +90,7 @@ struct CustomOp : OrtCustomOp {
   bool schema_only;
 
   CustomOp(const OpDefinition* d, ONNXTensorElementDataType t, bool schema) : OrtCustomOp{}, def(d), type(t), schema_only(schema) {
-    version = ORT_API_VERSION;
+    version = kOrtApiVersion;  // ORT reads only the OrtCustomOp members of that version
     GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
     GetExecutionProviderType = [](const OrtCustomOp* op) -> const char* {
       return self(op).schema_only ? kSchemaOnlyProvider : nullptr;  // nullptr: CPU
@@ -274,12 +274,18 @@ void register_ops(OrtSessionOptions* options) {
 
 // g_shape_reference when the running ONNX Runtime has it and it answers correctly for a tensor of known shape.
 ShapeReferenceFn find_shape_reference(const OrtApiBase* api_base) {
-  constexpr uint32_t kVersion = 24;
-  constexpr size_t kEntry = 414;  // its index among OrtApi's function pointers (byte offset 3312)
+  constexpr uint32_t kVersion = 24;  // the C API version that declares GetTensorElementTypeAndShapeDataReference
   const OrtApi* api = api_base->GetApi(kVersion);
   if (api == nullptr) return nullptr;
   ShapeReferenceFn fn;
+#if ORT_API_VERSION >= 24
+  fn = api->GetTensorElementTypeAndShapeDataReference;
+#else
+  // These headers predate API 24, so OrtApi has no member to name: the entry is read at its place in ORT's
+  // (append-only) function table, index 414 (byte offset 3312), and trusted only after the self-test below.
+  constexpr size_t kEntry = 414;
   std::memcpy(&fn, reinterpret_cast<const char*>(api) + kEntry * sizeof(void*), sizeof fn);
+#endif
   if (fn == nullptr) return nullptr;
   OrtMemoryInfo* memory = nullptr;
   if (g_ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &memory) != nullptr) return nullptr;
@@ -312,7 +318,9 @@ ShapeReferenceFn find_shape_reference(const OrtApiBase* api_base) {
 using namespace onnx_pools;
 
 ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
-  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  // The C API version the library needs (kOrtApiVersion, 21), not the one of the headers it was built against:
+  // newer functions are asked for only through GetApi(N) of the version that declares them.
+  const OrtApi* api = api_base->GetApi(kOrtApiVersion);
   if (api == nullptr) {
     const OrtApi* oldest = api_base->GetApi(1);
     return oldest ? oldest->CreateStatus(ORT_FAIL, "onnx-pools needs ONNX Runtime 1.21 or newer") : nullptr;

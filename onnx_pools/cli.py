@@ -1,10 +1,11 @@
-"""Command line of onnx-pools: ``python -m onnx_pools {demo,inspect,run,bench} ...``.
+"""Command line of onnx-pools: ``onnx-pools {demo,inspect,run,bench} ...`` (or ``python -m onnx_pools ...``).
 
     demo [--models DIR]       run every bundled model with the library and with stock ONNX Runtime, print a table
     inspect MODEL             list the pooling nodes of a model and whether stock ORT / the library can run each
     run MODEL [--input name=file.npy ...] [--out DIR]
                               run a model with the library; random inputs where none are given; save outputs (.npy)
-    bench [args]              the benchmark (bench/bench.py of a source checkout; `bench --help` for its options)
+    bench [args]              the benchmark (bench/bench.py; installed with the package as onnx_pools/_bench.py;
+                              `bench --help` for its options)
 
 Exit status: 0 ok; 1 the library failed to run a model; 2 bad arguments, missing file or a file that is not ONNX;
 3 the model has no node the library handles (`run` still runs it).
@@ -298,7 +299,7 @@ def _moved(before, after):
 
 # ------------------------------------------------------------------------------------------------ demo
 def default_models_dir():
-    """models/ of the source checkout, else ./models, else the package's models/ folder."""
+    """models/ of the source checkout, else ./models, else the models installed with the package (onnx_pools/models)."""
     candidates = []
     repo = PACKAGE_DIR.parent
     if (repo / "models" / "make_models.py").exists():
@@ -496,6 +497,7 @@ def cmd_run(args):
             y, note = y.astype(np.float32), " (bfloat16 saved as float32)"
         np.save(fname, y)
         print(f"output {meta.name}: {y.dtype} {list(y.shape)} -> {fname}{note}")
+    print(f"outputs written to {out_dir.resolve()}")
     print("library kernel runs: " + ", ".join(f"{k} +{after[k] - before.get(k, 0)}" for k in after))
     if not nodes:
         print(f"error: {args.model}: no pooling nodes (ran it with ORT's kernels only)", file=sys.stderr)
@@ -505,17 +507,21 @@ def cmd_run(args):
 
 # ------------------------------------------------------------------------------------------------ bench
 def find_bench():
-    for root in (PACKAGE_DIR.parent, Path.cwd()):  # a source checkout, or run from one with the package installed
+    """bench/bench.py of a source checkout (the package's own, or the cwd's with the package installed), else the
+    copy installed with the package (onnx_pools/_bench.py, put there by setup.py)."""
+    for root in (PACKAGE_DIR.parent, Path.cwd()):
         p = root / "bench" / "bench.py"
         if p.exists():
             return p
-    return None
+    p = PACKAGE_DIR / "_bench.py"
+    return p if p.exists() else None
 
 
 def cmd_bench(argv):
     p = find_bench()
     if p is None:
-        raise CliError("the benchmark needs a source checkout (bench/bench.py next to the onnx_pools package)")
+        raise CliError(f"the benchmark is not installed ({PACKAGE_DIR / '_bench.py'} is missing) and there is no "
+                       "bench/bench.py here; reinstall the package from a wheel or run from a source checkout")
     spec = importlib.util.spec_from_file_location("onnx_pools_bench", p)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look the module up
@@ -528,8 +534,14 @@ EPILOG = """exit status: 0 ok; 1 the library failed to run a model; 2 bad argume
 model; 3 the model has no node the library handles (run still runs it)."""
 
 
+def program_name():
+    """How the user called us: `onnx-pools` (the installed command) or `python -m onnx_pools`."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return "onnx-pools" if name.startswith("onnx-pools") else "python -m onnx_pools"
+
+
 def build_parser():
-    ap = argparse.ArgumentParser(prog="python -m onnx_pools", description="onnx-pools: pooling kernels for "
+    ap = argparse.ArgumentParser(prog=program_name(), description="onnx-pools: pooling kernels for "
                                  "ONNX Runtime.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", metavar="{demo,inspect,run,bench}")
     d = sub.add_parser("demo", help="run the bundled models with the library and with stock ORT")
@@ -544,7 +556,7 @@ def build_parser():
     r.add_argument("--out", default="outputs", help="folder for the outputs (default ./outputs)")
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    sub.add_parser("bench", help="the benchmark (source checkout only; bench --help)", add_help=False)
+    sub.add_parser("bench", help="the benchmark: library vs stock ORT vs PyTorch (bench --help)", add_help=False)
     return ap
 
 

@@ -9,6 +9,11 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
     python3 scripts/ort_matrix.py                    # every minor from 1.21 to the newest
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
+    python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
+                                                                   # the oldest and the newest onnxruntime
+
+--headers builds one wheel per Debian libonnxruntime-dev header version (ONNX_POOLS_ORT_HEADERS=1.21|1.23, see
+cmake/OrtHeaders.cmake; `found`: whatever the build finds), and runs every version against each.
 
 Logs, results.json and table.md go to --out (default build/ort-matrix). Exit status 1 when any version failed.
 """
@@ -119,12 +124,17 @@ def select(wanted, versions):
     return out
 
 
-def build_wheel(python, dest):
+def build_wheel(python, dest, headers="found"):
+    """The wheel of this checkout, built against the headers the build finds, or the pinned Debian ones."""
     dest.mkdir(parents=True, exist_ok=True)
     for old in dest.glob("onnx_pools-*.whl"):
         old.unlink()
-    log(f"building the wheel of {ROOT} ...")
-    subprocess.run([python, "-m", "pip", "wheel", "-q", str(ROOT), "--no-deps", "-w", str(dest)], check=True)
+    env = dict(os.environ)
+    if headers != "found":
+        env.pop("ONNXRUNTIME_INCLUDE_DIR", None)
+        env["ONNX_POOLS_ORT_HEADERS"] = headers
+    log(f"building the wheel of {ROOT} (ONNX Runtime headers: {headers}) ...")
+    subprocess.run([python, "-m", "pip", "wheel", "-q", str(ROOT), "--no-deps", "-w", str(dest)], check=True, env=env)
     (wheel,) = dest.glob("onnx_pools-*.whl")
     return wheel
 
@@ -149,9 +159,10 @@ def counts(junit):
                 crashed=crashed, failed_tests=failed)
 
 
-def run_version(version, args, wheel, lib_sha, suite, out):
-    row = dict(version=version, result="FAIL", passed=0, failed=0, crashed=0, skipped=0, seconds=0.0, note="")
-    logf = out / f"ort-{version}.log"
+def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
+    row = dict(headers=headers, version=version, result="FAIL", passed=0, failed=0, crashed=0, skipped=0, seconds=0.0,
+               note="")
+    logf = out / (f"ort-{version}.log" if headers == "found" else f"headers-{headers}-ort-{version}.log")
     env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
     venv = Path(tempfile.mkdtemp(prefix=f"ort-{version}-", dir=args.work))
     t0 = time.monotonic()
@@ -201,11 +212,14 @@ def run_version(version, args, wheel, lib_sha, suite, out):
 
 
 def table(rows):
-    lines = ["| onnxruntime | result | passed | failed | of which crashed | skipped / xfailed | time (s) |",
-             "|---|---|---|---|---|---|---|"]
+    with_headers = any(r["headers"] != "found" for r in rows)
+    lines = [("| headers " if with_headers else "") +
+             "| onnxruntime | result | passed | failed | of which crashed | skipped / xfailed | time (s) |",
+             ("|---" if with_headers else "") + "|---|---|---|---|---|---|---|"]
     for r in rows:
         result = r["result"] if not r["note"] or r["crashed"] else f"{r['result']} ({r['note']})"
-        lines.append(f"| {r['version']} | {result} | {r['passed']} | {r['failed']} | {r['crashed']} | "
+        lines.append((f"| {r['headers']} " if with_headers else "") +
+                     f"| {r['version']} | {result} | {r['passed']} | {r['failed']} | {r['crashed']} | "
                      f"{r['skipped']} | {r['seconds']:.0f} |")
     return "\n".join(lines)
 
@@ -219,6 +233,9 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the venvs and the suite copy")
     ap.add_argument("--tests", type=Path, default=ROOT / "tests", help="the tests folder to copy (default: tests/)")
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
+    ap.add_argument("--headers", default="found",
+                    help="comma-separated ONNX Runtime header versions to build against, one wheel each: 1.21, 1.23 "
+                         "(pinned Debian libonnxruntime-dev) or found (what the build finds; the default)")
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -232,22 +249,29 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     args.work = tempfile.mkdtemp(prefix="onnx-pools-ort-matrix-")
     try:
-        wheel = args.wheel.resolve() if args.wheel else build_wheel(args.python, Path(args.work) / "wheel")
-        lib_sha = wheel_library_sha(wheel)
+        header_choices = [h.strip() for h in args.headers.split(",") if h.strip()]
+        if args.wheel and header_choices != ["found"]:
+            sys.exit("ort-matrix: --wheel and --headers exclude each other")
         suite = Path(args.work) / "suite"  # tests/ + models/ only: no onnx_pools source next to them
         shutil.copytree(args.tests, suite / "tests", ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
         shutil.copytree(ROOT / "models", suite / "models")
         (suite / "_ort_matrix_forked.py").write_text(FORK_PLUGIN)
-        log(f"wheel {wheel.name}, libonnx_pools.so sha256 {lib_sha[:16]}...; versions: {', '.join(versions)}")
-        rows = []
-        for v in versions:
-            log(f"onnxruntime {v} ...")
-            row = run_version(v, args, wheel, lib_sha, suite, args.out)
-            rows.append(row)
-            log(f"onnxruntime {v}: {row['result']} passed={row['passed']} failed={row['failed']} "
-                f"(crashed={row['crashed']}) skipped={row['skipped']} {row['seconds']:.0f}s {row['note']}")
-            for t in row.get("failed_tests", [])[:20]:
-                log(f"    failed: {t}")
+        rows, wheels = [], []
+        for headers in header_choices:
+            wheel = (args.wheel.resolve() if args.wheel
+                     else build_wheel(args.python, Path(args.work) / f"wheel-{headers}", headers))
+            lib_sha = wheel_library_sha(wheel)
+            wheels.append(dict(headers=headers, wheel=wheel.name, library_sha256=lib_sha))
+            log(f"headers {headers}: wheel {wheel.name}, libonnx_pools.so sha256 {lib_sha[:16]}...; "
+                f"versions: {', '.join(versions)}")
+            for v in versions:
+                log(f"headers {headers}, onnxruntime {v} ...")
+                row = run_version(v, args, wheel, lib_sha, suite, args.out, headers)
+                rows.append(row)
+                log(f"headers {headers}, onnxruntime {v}: {row['result']} passed={row['passed']} failed={row['failed']} "
+                    f"(crashed={row['crashed']}) skipped={row['skipped']} {row['seconds']:.0f}s {row['note']}")
+                for t in row.get("failed_tests", [])[:20]:
+                    log(f"    failed: {t}")
     finally:
         if args.keep:
             log(f"kept {args.work}")
@@ -256,7 +280,7 @@ def main(argv=None):
     total = time.monotonic() - t_start
     md = table(rows)
     (args.out / "table.md").write_text(md + "\n")
-    (args.out / "results.json").write_text(json.dumps(dict(wheel=wheel.name, library_sha256=lib_sha, python=sys.version.split()[0],
+    (args.out / "results.json").write_text(json.dumps(dict(wheels=wheels, python=sys.version.split()[0],
                                                            total_seconds=round(total, 1), rows=rows), indent=1))
     print(md)
     print(f"\ntotal {total:.0f} s; logs in {args.out}")

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Set-up, safe to re-run: a C++ compiler if missing, then a virtual environment in .venv holding this checkout's
-# package (built from source by `pip install .`) and what the tests and the demo need.
+# package (built from source by `pip install .`) and what the tests and the demo need. One line per step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+step() { echo "setup: $*"; }
+start=$SECONDS
 
 if ! command -v g++ >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing g++ (apt-get)"
     apt-get update -qq && apt-get install -y -qq g++ >/dev/null
   else
     echo "setup: a C++17 compiler (g++) is needed; install it and re-run" >&2
@@ -13,6 +16,13 @@ if ! command -v g++ >/dev/null; then
   fi
 fi
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+if [ ! -x .venv/bin/python ]; then
+  step "creating .venv ($("$PYTHON" --version 2>&1))"
+  "$PYTHON" -m venv .venv
+fi
+step "upgrading pip in .venv"
 .venv/bin/python -m pip install -q --upgrade pip
+step "building the library and installing onnx-pools with its test dependencies (pip install '.[test]'; the build"
+step "  downloads ONNX Runtime's headers, ~100 KB, unless ONNXRUNTIME_INCLUDE_DIR is set; about a minute)"
 .venv/bin/python -m pip install -q ".[test]"
+step "done in $((SECONDS - start)) s: $(cd / && "$OLDPWD/.venv/bin/python" -c 'import onnx_pools, onnxruntime as o; print(f"onnx-pools {onnx_pools.__version__} (isa {onnx_pools.active_isa()}), onnxruntime {o.__version__}")')"

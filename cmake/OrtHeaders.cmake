@@ -1,0 +1,41 @@
+# ONNX Runtime C/C++ headers, found the same way by the library and by examples/cpp. Sets ONNXRUNTIME_INCLUDE_DIR.
+#   1. ONNXRUNTIME_INCLUDE_DIR (CMake or environment variable): a folder holding onnxruntime_c_api.h;
+#   2. else, when ONNX_POOLS_ORT_HEADERS (CMake or environment: 1.21 or 1.23) is given, that pinned Debian
+#      libonnxruntime-dev fetched by cmake/fetch_ort_headers.sh;
+#   3. else a system install (e.g. Debian's libonnxruntime-dev);
+#   4. else the pinned 1.21 headers fetched into the build tree (a ~100 KB download from this machine's apt
+#      mirror, sha256-verified; nothing is installed).
+# Any of them works: the library asks ORT for the C API version it needs (21), whatever version the headers declare.
+set(_ort_headers_dir "${CMAKE_CURRENT_LIST_DIR}")
+if(NOT ONNXRUNTIME_INCLUDE_DIR AND DEFINED ENV{ONNXRUNTIME_INCLUDE_DIR})
+  set(ONNXRUNTIME_INCLUDE_DIR "$ENV{ONNXRUNTIME_INCLUDE_DIR}")
+endif()
+if(NOT ONNX_POOLS_ORT_HEADERS AND DEFINED ENV{ONNX_POOLS_ORT_HEADERS})
+  set(ONNX_POOLS_ORT_HEADERS "$ENV{ONNX_POOLS_ORT_HEADERS}")
+endif()
+if(NOT ONNXRUNTIME_INCLUDE_DIR AND NOT ONNX_POOLS_ORT_HEADERS)
+  find_path(ORT_SYSTEM_INCLUDE_DIR onnxruntime_c_api.h PATH_SUFFIXES onnxruntime onnxruntime/core/session)
+  if(ORT_SYSTEM_INCLUDE_DIR)
+    set(ONNXRUNTIME_INCLUDE_DIR "${ORT_SYSTEM_INCLUDE_DIR}")
+  else()
+    set(ONNX_POOLS_ORT_HEADERS 1.21)
+  endif()
+endif()
+if(NOT ONNXRUNTIME_INCLUDE_DIR)
+  set(ORT_FETCH_DIR "${CMAKE_BINARY_DIR}/ort-headers-${ONNX_POOLS_ORT_HEADERS}")
+  message(STATUS "Fetching ONNX Runtime headers (Debian libonnxruntime-dev, pinned ${ONNX_POOLS_ORT_HEADERS}); "
+                 "set ONNXRUNTIME_INCLUDE_DIR to use headers you have")
+  execute_process(COMMAND bash "${_ort_headers_dir}/fetch_ort_headers.sh" "${ORT_FETCH_DIR}" "${ONNX_POOLS_ORT_HEADERS}"
+                  RESULT_VARIABLE ORT_FETCH_RESULT)
+  if(NOT ORT_FETCH_RESULT EQUAL 0)
+    message(FATAL_ERROR "Could not fetch the ONNX Runtime headers (see above); set ONNXRUNTIME_INCLUDE_DIR to a "
+                        "folder holding onnxruntime_c_api.h")
+  endif()
+  set(ONNXRUNTIME_INCLUDE_DIR "${ORT_FETCH_DIR}/usr/include/onnxruntime")
+endif()
+if(NOT EXISTS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_c_api.h")
+  message(FATAL_ERROR "onnxruntime_c_api.h not found in ONNXRUNTIME_INCLUDE_DIR=${ONNXRUNTIME_INCLUDE_DIR}")
+endif()
+file(STRINGS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_c_api.h" _ort_api_line REGEX "^#define ORT_API_VERSION [0-9]+")
+string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ONNXRUNTIME_HEADERS_API_VERSION "${_ort_api_line}")
+message(STATUS "ONNX Runtime headers: ${ONNXRUNTIME_INCLUDE_DIR} (C API ${ONNXRUNTIME_HEADERS_API_VERSION})")
