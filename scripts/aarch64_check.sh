@@ -88,7 +88,11 @@ else
     mv "$A/qemu/usr/bin/qemu-aarch64" "$qemu" && rm -rf "$A/qemu/deb" "$A/qemu/usr"
   fi
 fi
-say "qemu: $("$qemu" --version | head -1)"
+# The emulated CPU: armv8.0 (cortex-a72: NEON, no FP16 arithmetic, no SVE) unless QEMU_CPU says otherwise. On a
+# CPU with FP16 arithmetic (QEMU_CPU=max, like Graviton 2 and later), onnxruntime's NhwcTransformer replaces
+# float16 GlobalAveragePool nodes by its own NHWC kernel, so the library's does not run: probed below, see README.
+export QEMU_CPU=${QEMU_CPU:-cortex-a72}
+say "qemu: $("$qemu" --version | head -1), CPU $QEMU_CPU"
 
 # ------------------------------------------------------------------------------------------------ aarch64 Python
 S="$A/sysroot"
@@ -129,15 +133,19 @@ say "tools ready in $((SECONDS - t0)) s"
 # ------------------------------------------------------------------------------------------------ aarch64 wheels
 t0=$SECONDS
 reqs=("$ORT_SPEC" numpy pytest onnx ml_dtypes hypothesis onnxruntime-extensions)
-stamp="$A/site/.requirements"
+# Installed into the sysroot's own site folders, not PYTHONPATH: packages there count as installed (hypothesis,
+# for one, reads the source of every module outside site-packages for constants, very slowly under emulation).
+site="$S/usr/lib/python3/dist-packages"            # the dependencies (cached)
+pkg="$S/usr/local/lib/python3.11/dist-packages"    # the wheel under test (purelib: where pip puts it; fresh each run)
+stamp="$site/.onnx-pools-requirements"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${reqs[*]}" ]; then
   say "downloading aarch64 wheels: ${reqs[*]}"
   mkdir -p "$A/wheels"
   $N "${pip[@]}" download -q -d "$A/wheels" "${plats[@]}" "${reqs[@]}" 2>&1 | grep -v "Location 'file:" || true
-  rm -rf "$A/site"
-  $N "${pip[@]}" install -q --no-index --find-links "$A/wheels" --target "$A/site" "${plats[@]}" "${reqs[@]}" \
+  rm -rf "$site"
+  $N "${pip[@]}" install -q --no-index --find-links "$A/wheels" --target "$site" "${plats[@]}" "${reqs[@]}" \
     2>&1 | grep -v "Location 'file:\|Running pip as the 'root'" || true
-  [ -d "$A/site/onnxruntime" ] || fail "the aarch64 wheels did not install"
+  [ -d "$site/onnxruntime" ] || fail "the aarch64 wheels did not install"
   echo "${reqs[*]}" > "$stamp"
 fi
 say "aarch64 wheels ready in $((SECONDS - t0)) s"
@@ -174,9 +182,9 @@ say "wheel: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB), built in $((SECO
 say "auditwheel: $(tr '\n' ' ' < "$A/auditwheel-show.txt" | sed 's/  */ /g' | grep -o 'consistent with the following platform tag: "[^"]*"')"
 
 # ------------------------------------------------------------------------------------------------ linkage
-rm -rf "$A/pkg" && mkdir -p "$A/pkg"
-(cd "$A/pkg" && "$A/tools/bin/python" -m zipfile -e "$whl" .)
-so="$A/pkg/onnx_pools/libonnx_pools.so"
+rm -rf "$A/unpacked" && mkdir -p "$A/unpacked"
+(cd "$A/unpacked" && "$A/tools/bin/python" -m zipfile -e "$whl" .)
+so="$A/unpacked/onnx_pools/libonnx_pools.so"
 needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
 say "NEEDED: $needed"
 for lib in $needed; do
@@ -184,13 +192,12 @@ for lib in $needed; do
     || fail "libonnx_pools.so needs $lib (only glibc-level system libraries allowed)"
 done
 if readelf -d "$so" | grep -qE '\((RPATH|RUNPATH)\)'; then fail "libonnx_pools.so has an RPATH/RUNPATH"; fi
-rm -rf "$A/pkg"
+rm -rf "$A/unpacked" "$pkg"
 # installed by pip, as a user would (for the aarch64 target: --platform)
-$N "${pip[@]}" install -q --no-deps --target "$A/pkg" "${plats[@]}" "$whl" 2>&1 | grep -v "Running pip as the 'root'" || true
-[ -f "$A/pkg/onnx_pools/libonnx_pools.so" ] || fail "the wheel did not install"
+$N "${pip[@]}" install -q --no-deps --target "$pkg" "${plats[@]}" "$whl" 2>&1 | grep -v "Running pip as the 'root'" || true
+[ -f "$pkg/onnx_pools/libonnx_pools.so" ] || fail "the wheel did not install"
 
 # ------------------------------------------------------------------------------------------------ under emulation
-export PYTHONPATH="$A/pkg:$A/site"
 rm -rf "$A/suite" && mkdir -p "$A/suite"
 cp -r tests models "$A/suite/"
 rm -rf "$A/suite/tests/__pycache__" "$A/suite/tests/.hypothesis"
@@ -198,7 +205,7 @@ cd "$A/suite"
 t0=$SECONDS
 for isa in neon portable; do
   if [ $isa = portable ]; then export ONNX_POOLS_ISA=portable; else unset ONNX_POOLS_ISA; fi
-  $N "$apy" - "$isa" "$A/pkg" <<'EOF'
+  $N "$apy" - "$isa" "$pkg" <<'EOF'
 import os, platform, sys
 import numpy as np, onnxruntime as ort, onnx_pools
 want, pkg = sys.argv[1], os.path.realpath(sys.argv[2])
@@ -214,7 +221,34 @@ print(f"aarch64 check: {platform.machine()}: model ran on the library's {onnx_po
 EOF
 done
 unset ONNX_POOLS_ISA
+# An FP16-capable CPU: is float16 GlobalAveragePool still the library's? (a known issue for now: reported, not
+# fatal unless AARCH64_FP16_STRICT=1)
+if ! QEMU_CPU=max $N "$apy" "$ROOT/scripts/aarch64_fp16_probe.py"; then
+  [ "${AARCH64_FP16_STRICT:-0}" = 1 ] && fail "float16 GlobalAveragePool on an FP16-capable aarch64 CPU"
+fi
 say "emulated smoke checks took $((SECONDS - t0)) s"
+
+# Bit for bit: the same fixed cases (scripts/isa_digests.py) on aarch64 neon and portable, and on x86-64 when a
+# Python with the x86-64 package is at hand (X86_PYTHON, default .venv/bin/python as scripts/setup.sh makes it).
+# float64 Lp with p = 3 may differ in the last bit between the architectures: its cube root is libm's cbrt,
+# which is not correctly rounded and differs between glibc's x86-64 and aarch64 builds.
+t0=$SECONDS
+dig="$A/digests"
+rm -rf "$dig" && mkdir -p "$dig"
+$N "$apy" "$ROOT/scripts/isa_digests.py" "$dig/aarch64-neon.json"
+ONNX_POOLS_ISA=portable $N "$apy" "$ROOT/scripts/isa_digests.py" "$dig/aarch64-portable.json"
+x86py=${X86_PYTHON:-$ROOT/.venv/bin/python}
+x86=()
+if [ -x "$x86py" ] && (cd / && "$x86py" -c "import onnx_pools, onnx, ml_dtypes, onnxruntime" 2>/dev/null); then
+  (cd / && $N "$x86py" "$ROOT/scripts/isa_digests.py" "$dig/x86-default.json")
+  (cd / && ONNX_POOLS_ISA=portable $N "$x86py" "$ROOT/scripts/isa_digests.py" "$dig/x86-portable.json")
+  x86=("$dig/x86-default.json" "$dig/x86-portable.json")
+else
+  say "no x86-64 Python with onnx_pools at $x86py: the aarch64 paths are compared with each other only"
+fi
+"$A/tools/bin/python" "$ROOT/scripts/isa_digests.py" --compare --allow '^(GLP p=3|LpPool .* p3) float64' \
+  "$dig/aarch64-neon.json" "$dig/aarch64-portable.json" "${x86[@]}" || fail "kernel paths differ bit for bit"
+say "bit-for-bit comparison took $((SECONDS - t0)) s"
 
 # The subset: every op x element type x layout and every guarantee, at the suites' own sizes; left out are the
 # slow repeats (hypothesis properties, generated fuzz cases in subprocesses, the forced-ISA subprocess reruns, the
