@@ -16,11 +16,10 @@ import platform
 import re
 import sys
 
-import numpy as np
-
 
 def cases():
     import ml_dtypes
+    import numpy as np
 
     dtypes = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
     rng = np.random.default_rng(14)
@@ -72,6 +71,7 @@ def cases():
 
 
 def model(op, opset, x, attrs):
+    import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -97,6 +97,7 @@ def model(op, opset, x, attrs):
 
 
 def run(path):
+    import numpy as np
     import onnxruntime as ort
     import onnx_pools
 
