@@ -12,6 +12,7 @@ scripts/aarch64_check.sh to compare the aarch64 paths (under qemu) with the x86-
 import ctypes
 import hashlib
 import json
+import os
 import platform
 import re
 import sys
@@ -124,6 +125,8 @@ def run(path):
         if onnx_pools.call_counts()[op] != before + 1:
             not_ran.append(name)
     assert not not_ran, f"the library's kernel did not run for {not_ran}"
+    forced = os.environ.get("ONNX_POOLS_ISA")
+    assert not forced or onnx_pools.active_isa() == forced, (onnx_pools.active_isa(), forced)
     where = f"{platform.machine()} {onnx_pools.active_isa()}"
     with open(path, "w") as f:
         json.dump({"where": where, "digests": digests}, f, indent=0)
