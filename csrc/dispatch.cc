@@ -1,5 +1,6 @@
-// Picks the kernel table for this CPU once, when the library loads. ONNX_POOLS_ISA=portable|avx2|avx512
-// forces a path (never one the CPU lacks), so tests can cover every path the dispatcher can take.
+// Picks the kernel table for this CPU once, when the library loads. ONNX_POOLS_ISA forces a path: on x86-64
+// portable|avx2|avx512 (never one the CPU lacks), on aarch64 portable|neon. The kernel sets built are chosen
+// by CMakeLists.txt with the same compiler macros used here (__x86_64__, __aarch64__).
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -9,6 +10,12 @@
 namespace onnx_pools {
 namespace {
 
+bool forced(const char* isa) {
+  const char* want = std::getenv("ONNX_POOLS_ISA");
+  return want && std::strcmp(want, isa) == 0;
+}
+
+#if defined(__x86_64__)
 bool cpu_has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
@@ -20,13 +27,18 @@ bool cpu_has_avx2() {
 
 const KernelTable& choose() {
   __builtin_cpu_init();
-  const char* forced = std::getenv("ONNX_POOLS_ISA");
-  const bool want_portable = forced && std::strcmp(forced, "portable") == 0;
-  const bool want_avx2 = forced && std::strcmp(forced, "avx2") == 0;
+  const bool want_portable = forced("portable");
+  const bool want_avx2 = forced("avx2");
   if (!want_portable && !want_avx2 && cpu_has_avx512()) return avx512::table();
   if (!want_portable && cpu_has_avx2()) return avx2::table();
   return portable::table();
 }
+#elif defined(__aarch64__)
+// Advanced SIMD (NEON) is part of every armv8-a CPU: no runtime check.
+const KernelTable& choose() { return forced("portable") ? portable::table() : neon::table(); }
+#else
+const KernelTable& choose() { return portable::table(); }
+#endif
 
 }  // namespace
 

@@ -55,6 +55,9 @@ const KernelTable& table();
 namespace avx512 {
 const KernelTable& table();
 }
+namespace neon {  // aarch64 only (kernels_neon.cc)
+const KernelTable& table();
+}
 
 }  // namespace onnx_pools
 

@@ -1,6 +1,7 @@
 """The Python loader: library path, version, op selection, call counters, forced ISA."""
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -42,8 +43,13 @@ def test_ops_and_call_counts_names():
     assert all(isinstance(v, int) and v >= 0 for v in counts.values())
 
 
+AARCH64 = platform.machine() in ("aarch64", "arm64")
+
+
 def test_active_isa_value():
-    assert onnx_pools.active_isa() in ("avx512", "avx2", "portable")
+    assert onnx_pools.active_isa() in (("neon", "portable") if AARCH64 else ("avx512", "avx2", "portable"))
+    if AARCH64 and os.environ.get("ONNX_POOLS_ISA") != "portable":
+        assert onnx_pools.active_isa() == "neon"  # baseline on aarch64: always chosen unless portable is forced
 
 
 def test_session_options_registers_into_given_object():
@@ -301,8 +307,8 @@ def _cpu_flags():
 
 @pytest.mark.parametrize("isa", ["portable", "avx2"])
 def test_forced_isa_subprocess(isa):
-    if isa == "avx2" and not {"avx2", "fma", "f16c"} <= _cpu_flags():
-        pytest.skip("CPU without AVX2/FMA/F16C")
+    if isa == "avx2" and (platform.machine() != "x86_64" or not {"avx2", "fma", "f16c"} <= _cpu_flags()):
+        pytest.skip("CPU without AVX2/FMA/F16C")  # (under qemu-user /proc/cpuinfo is the x86 host's)
     env = dict(os.environ)
     env["ONNX_POOLS_ISA"] = isa
     env["PYTHONPATH"] = os.pathsep.join(

@@ -1,0 +1,160 @@
+"""Bit-for-bit comparison of kernel paths across instruction sets and architectures.
+
+    python scripts/isa_digests.py OUT.json       # this process's path (ONNX_POOLS_ISA forces one)
+    python scripts/isa_digests.py --compare A.json B.json ...
+
+Runs a fixed set of cases, every op x element type x layout (global pools with NaN/inf, LpPool 1-D/2-D/3-D with
+padding, strides, dilations and ceil_mode, Lp p = 1, 2, 3 and 1.5, QLinearAveragePool uint8/int8 NCHW/NHWC with
+and without count_include_pad), on the onnx_pools found on sys.path, and writes the SHA-256 of each output's bytes.
+Inputs are made from integers only (no libm), so they are the same bits on every machine. Used by
+scripts/aarch64_check.sh to compare the aarch64 paths (under qemu) with the x86-64 ones. Needs onnx and ml_dtypes.
+"""
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+
+
+def cases():
+    import ml_dtypes
+    import numpy as np
+
+    dtypes = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+    rng = np.random.default_rng(14)
+    out = []
+    for name, dt in dtypes.items():
+        for shape in ([2, 3, 5, 7], [1, 2, 1001], [2, 17, 9, 11], [1, 3, 2, 3, 5]):
+            x = ((rng.integers(-4000, 4000, shape).astype(np.float64)) / 512.0).astype(dt)
+            out += [(f"GAP {name} {shape}", "GlobalAveragePool", 22, x, {}),
+                    (f"GMP {name} {shape}", "GlobalMaxPool", 22, x, {})]
+            for p in (1, 2, 3):
+                out.append((f"GLP p={p} {name} {shape}", "GlobalLpPool", 22, x, {"p": p}))
+            out.append((f"GLP-1 p=1.5 {name} {shape}", "GlobalLpPool", 1, x, {"p": 1.5}))
+        x = (rng.integers(-4000, 4000, [2, 3, 33]).astype(np.float64) / 512.0)
+        x[0, 1, 32] = np.nan
+        x[1, 2, 0] = np.inf
+        x = x.astype(dt)
+        for op in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"):
+            out.append((f"{op} NaN/inf {name}", op, 22, x, {}))
+        x2 = (rng.integers(-4000, 4000, [2, 4, 19, 23]).astype(np.float64) / 256.0).astype(dt)
+        x1 = (rng.integers(-4000, 4000, [2, 4, 57]).astype(np.float64) / 256.0).astype(dt)
+        x3 = (rng.integers(-4000, 4000, [1, 2, 7, 8, 9]).astype(np.float64) / 256.0).astype(dt)
+        for tag, x, attrs in (
+            ("2d k3 s1 pad1 p2", x2, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+            ("2d k2 s2 p3", x2, {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
+            ("2d k3x2 dil2 ceil p1", x2, {"kernel_shape": [3, 2], "dilations": [2, 1], "strides": [2, 3], "ceil_mode": 1, "p": 1}),
+            ("2d k4 same_upper p2", x2, {"kernel_shape": [4, 4], "auto_pad": "SAME_UPPER", "strides": [3, 2], "p": 2}),
+            ("1d k5 s2 pad2 p3", x1, {"kernel_shape": [5], "strides": [2], "pads": [2, 1], "p": 3}),
+            ("3d k2x3x2 pad p2", x3, {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1], "p": 2}),
+        ):
+            out.append((f"LpPool {tag} {name}", "LpPool", 18, x, attrs))
+        out.append((f"LpPool-1 2d k3 p=1.5 {name}", "LpPool", 1, x2, {"kernel_shape": [3, 3], "p": 1.5}))
+    for qt, lo, hi in (("uint8", 0, 256), ("int8", -128, 128)):
+        for layout in ("nchw", "nhwc"):
+            for tag, shape, attrs in (
+                ("2d k3 pad1", [2, 5, 13, 11], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+                ("2d k2 s2 ceil", [1, 8, 15, 9], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+                ("1d k4 s3 pad2", [2, 3, 40], {"kernel_shape": [4], "strides": [3], "pads": [2, 2]}),
+                ("3d k2 pad1", [1, 4, 5, 6, 7], {"kernel_shape": [2, 2, 2], "pads": [1, 1, 1, 0, 0, 0]}),
+            ):
+                for cip in (0, 1):
+                    s = list(shape)
+                    if layout == "nhwc":
+                        s = [s[0]] + s[2:] + [s[1]]
+                    x = rng.integers(lo, hi, s).astype(qt)
+                    a = dict(attrs, count_include_pad=cip, channels_last=int(layout == "nhwc"))
+                    q = (0.0371, int(rng.integers(lo, hi)), 0.0297, int(rng.integers(lo, hi)))
+                    out.append((f"QLinear {qt} {layout} {tag} cip={cip}", "QLinearAveragePool", q, x, a))
+    return out
+
+
+def model(op, opset, x, attrs):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+            "bfloat16": TensorProto.BFLOAT16, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}[str(x.dtype)]
+    inits, inputs, domain, opsets = [], ["X"], "", []
+    if op == "QLinearAveragePool":
+        xs, xz, ys, yz = opset
+        qdt = x.dtype
+        inits = [numpy_helper.from_array(np.array(xs, np.float32), "xs"),
+                 numpy_helper.from_array(np.array(xz, qdt), "xz"),
+                 numpy_helper.from_array(np.array(ys, np.float32), "ys"),
+                 numpy_helper.from_array(np.array(yz, qdt), "yz")]
+        inputs = ["X", "xs", "xz", "ys", "yz"]
+        domain, opset = "com.microsoft", 19
+        opsets = [helper.make_opsetid("com.microsoft", 1)]
+    node = helper.make_node(op, inputs, ["Y"], domain=domain, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", elem, list(x.shape))],
+                              [helper.make_tensor_value_info("Y", elem, None)], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)] + opsets)
+    m.ir_version = min(onnx.IR_VERSION, 10)
+    return m.SerializeToString()
+
+
+def run(path):
+    import numpy as np
+    import onnxruntime as ort
+    import onnx_pools
+
+    digests, not_ran = {}, []
+    for name, op, opset, x, attrs in cases():
+        so = onnx_pools.session_options(ops="all")
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        before = onnx_pools.call_counts()[op]
+        sess = ort.InferenceSession(model(op, opset, x, attrs), so, providers=["CPUExecutionProvider"])
+        # through OrtValues (ORT's numpy conversion knows no bfloat16); the output's raw bytes are hashed
+        b = sess.io_binding()
+        x = np.ascontiguousarray(x)
+        if x.dtype.itemsize == 2 and x.dtype != np.float16:  # bfloat16
+            b.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(x.view(np.uint16), 16))
+        else:
+            b.bind_ortvalue_input("X", ort.OrtValue.ortvalue_from_numpy(x))
+        b.bind_output("Y")
+        sess.run_with_iobinding(b)
+        (y,) = b.get_outputs()
+        nbytes = x.dtype.itemsize * int(np.prod(y.shape()))
+        raw = ctypes.string_at(y.data_ptr(), nbytes) if nbytes else b""
+        digests[name] = hashlib.sha256(raw).hexdigest()[:16] + f" {list(y.shape())}"
+        if onnx_pools.call_counts()[op] != before + 1:
+            not_ran.append(name)
+    assert not not_ran, f"the library's kernel did not run for {not_ran}"
+    forced = os.environ.get("ONNX_POOLS_ISA")
+    assert not forced or onnx_pools.active_isa() == forced, (onnx_pools.active_isa(), forced)
+    where = f"{platform.machine()} {onnx_pools.active_isa()}"
+    with open(path, "w") as f:
+        json.dump({"where": where, "digests": digests}, f, indent=0)
+    print(f"isa digests: {len(digests)} cases on {where} (library kernels ran for each) -> {path}")
+
+
+def compare(paths, allow=None):
+    """Compares every run with the first; differences in cases matching `allow` (a regex) are reported only."""
+    runs = [json.load(open(p)) for p in paths]
+    first = runs[0]
+    bad = 0
+    for r in runs[1:]:
+        diff = [k for k in first["digests"] if r["digests"].get(k) != first["digests"][k]]
+        allowed = [k for k in diff if allow and re.search(allow, k)]
+        bad += len(diff) - len(allowed)
+        status = "bit-for-bit identical" if not diff else f"{len(diff)} of {len(first['digests'])} cases differ"
+        if allowed:
+            status += f" ({len(allowed)} of them allowed: {allow})"
+        print(f"isa digests: {r['where']} vs {first['where']}: {status}")
+        for k in diff[:20]:
+            print(f"    {k}: {r['digests'].get(k)} vs {first['digests'][k]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--compare":
+        args, allow = sys.argv[2:], None
+        if args[0] == "--allow":
+            allow, args = args[1], args[2:]
+        sys.exit(compare(args, allow))
+    run(sys.argv[1])
