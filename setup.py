@@ -1,9 +1,9 @@
 """Builds csrc/ with CMake into a shared library placed inside the onnx_pools package, and installs with the package
 what its command line needs outside a source checkout: the bundled models (onnx_pools/models/*.onnx) and the
 benchmark (bench/bench.py as the module onnx_pools._bench)."""
+
 import glob
 import os
-import shutil
 import subprocess
 
 from setuptools import Extension, setup
@@ -26,8 +26,15 @@ class BuildWithCMake(build_ext):
     def build_extension(self, ext):
         out_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
-        configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                     f"-DONNX_POOLS_OUTPUT_DIR={out_dir}"]
+        configure = [
+            "cmake",
+            "-S",
+            ROOT,
+            "-B",
+            build_dir,
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DONNX_POOLS_OUTPUT_DIR={out_dir}",
+        ]
         if os.environ.get("ONNXRUNTIME_INCLUDE_DIR"):
             configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={os.environ['ONNXRUNTIME_INCLUDE_DIR']}")
         subprocess.check_call(configure)
@@ -51,8 +58,10 @@ class BuildPyWithData(build_py):
 
     def get_outputs(self, include_bytecode=1):
         package = os.path.join(self.build_lib, "onnx_pools")
-        extra = [os.path.join(package, "models", os.path.basename(p))
-                 for p in glob.glob(os.path.join(ROOT, "models", "*.onnx"))]
+        extra = [
+            os.path.join(package, "models", os.path.basename(p))
+            for p in glob.glob(os.path.join(ROOT, "models", "*.onnx"))
+        ]
         if os.path.exists(os.path.join(ROOT, "bench", "bench.py")):
             extra.append(os.path.join(package, "_bench.py"))
         return super().get_outputs(include_bytecode) + extra

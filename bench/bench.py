@@ -17,6 +17,7 @@ of numpy's max and sum (one thread) and torch's sum and amax (t threads) over a 
 last-level cache); the fastest counts.
 Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,6 +71,7 @@ def _lp_pool_padded(p, k, s, pad):
     # F.lp_pool2d has no padding argument; this is its own formula with avg_pool2d's zero padding.
     def fn(x):
         return F.avg_pool2d(x.pow(p), k, s, padding=pad, count_include_pad=True).mul(k * k).pow(1.0 / p)
+
     return fn
 
 
@@ -78,14 +80,20 @@ def make_cases():
     # (callable, description) of the nearest PyTorch call per kind of case; none where torch is absent
     gap = ((lambda x: F.adaptive_avg_pool2d(x, 1)) if t else None, "adaptive_avg_pool2d")
     gmp = ((lambda x: torch.amax(x, dim=(2, 3), keepdim=True)) if t else None, "amax(dim=(2,3))")
-    glp2 = ((lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
-            "linalg.vector_norm(dim=(2,3))")
-    lp3x3 = (_lp_pool_padded(2, 3, 1, 1) if t else None,
-             "avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)")
+    glp2 = (
+        (lambda x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)) if t else None,
+        "linalg.vector_norm(dim=(2,3))",
+    )
+    lp3x3 = (
+        _lp_pool_padded(2, 3, 1, 1) if t else None,
+        "avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)",
+    )
     lp3x3_attrs = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
     q3x3 = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
-    qtorch = (_torch_quantized_avg_pool(3, 1, 1) if t else None,
-              "ao.nn.quantized.functional.avg_pool2d, channels_last quint8/qint8 (x86 engine)")
+    qtorch = (
+        _torch_quantized_avg_pool(3, 1, 1) if t else None,
+        "ao.nn.quantized.functional.avg_pool2d, channels_last quint8/qint8 (x86 engine)",
+    )
 
     def case(label, op, dtype, shape, attrs=None, torch_call=(None, ""), nonneg=False):
         return Case(label, op, dtype, shape, attrs or {}, nonneg, torch_call[0], torch_call[1])
@@ -96,37 +104,70 @@ def make_cases():
         case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (8, 256, 56, 56), torch_call=gmp),
         case("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (8, 256, 56, 56), {"p": 2}, glp2),
         case("LpPool 3x3 s1 pad1 p=2 f32", "LpPool", "float32", (8, 64, 56, 56), lp3x3_attrs, lp3x3),
-        case("LpPool 2x2 s2 p=3 f32", "LpPool", "float32", (8, 64, 112, 112),
-             {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
-             ((lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, "lp_pool2d (input >= 0)"), nonneg=True),
-        *[case(f"QLinearAveragePool 3x3 pad1 {short} {layout} {config}", "QLinearAveragePool", dtype,
-               (8, 56, 56, 64) if layout == "NHWC" else (8, 64, 56, 56),
-               {**q3x3, "channels_last": int(layout == "NHWC"), "count_include_pad": int(config.endswith("cip1"))},
-               qtorch)
-          for short, dtype in (("u8", "uint8"), ("s8", "int8")) for layout in ("NCHW", "NHWC")
-          for config in ("distinct cip0", "distinct cip1", "equal cip0", "equal cip1")],
+        case(
+            "LpPool 2x2 s2 p=3 f32",
+            "LpPool",
+            "float32",
+            (8, 64, 112, 112),
+            {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+            ((lambda x: F.lp_pool2d(x, 3, 2, 2)) if t else None, "lp_pool2d (input >= 0)"),
+            nonneg=True,
+        ),
+        *[
+            case(
+                f"QLinearAveragePool 3x3 pad1 {short} {layout} {config}",
+                "QLinearAveragePool",
+                dtype,
+                (8, 56, 56, 64) if layout == "NHWC" else (8, 64, 56, 56),
+                {**q3x3, "channels_last": int(layout == "NHWC"), "count_include_pad": int(config.endswith("cip1"))},
+                qtorch,
+            )
+            for short, dtype in (("u8", "uint8"), ("s8", "int8"))
+            for layout in ("NCHW", "NHWC")
+            for config in ("distinct cip0", "distinct cip1", "equal cip0", "equal cip1")
+        ],
         case("GlobalAveragePool f64", "GlobalAveragePool", "float64", (4, 256, 56, 56), torch_call=gap),
         case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 2048, 7, 7), torch_call=gmp),
         case("GlobalMaxPool f16", "GlobalMaxPool", "float16", (4, 256, 56, 56), torch_call=gmp),
         case("GlobalMaxPool f64", "GlobalMaxPool", "float64", (4, 256, 56, 56), torch_call=gmp),
         case("GlobalLpPool p=2 f16", "GlobalLpPool", "float16", (4, 256, 56, 56), {"p": 2}, glp2),
         case("GlobalLpPool p=2 f64", "GlobalLpPool", "float64", (4, 256, 56, 56), {"p": 2}, glp2),
-        case("GlobalAveragePool f16", "GlobalAveragePool", "float16", (32, 64, 112, 112),
-             torch_call=(gap[0], "adaptive_avg_pool2d (half)")),
+        case(
+            "GlobalAveragePool f16",
+            "GlobalAveragePool",
+            "float16",
+            (32, 64, 112, 112),
+            torch_call=(gap[0], "adaptive_avg_pool2d (half)"),
+        ),
         # Tiny tensors: what is left is the per-run cost of a node, where a custom op must not lose either.
         case("tiny GlobalAveragePool f32", "GlobalAveragePool", "float32", (1, 8, 4, 4), torch_call=gap),
         case("tiny GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 1, 1, 1), torch_call=gmp),
         case("tiny GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (1, 8, 4, 4), {"p": 2}, glp2),
         case("tiny LpPool 3x3 pad1 p=2 f32", "LpPool", "float32", (1, 4, 8, 8), lp3x3_attrs, lp3x3),
-        case("tiny QLinearAveragePool 3x3 pad1 u8 NCHW", "QLinearAveragePool", "uint8", (1, 4, 8, 8),
-             {**q3x3, "channels_last": 0}),
-        case("tiny QLinearAveragePool 3x3 pad1 u8 NHWC", "QLinearAveragePool", "uint8", (1, 8, 8, 4),
-             {**q3x3, "channels_last": 1}),
+        case(
+            "tiny QLinearAveragePool 3x3 pad1 u8 NCHW",
+            "QLinearAveragePool",
+            "uint8",
+            (1, 4, 8, 8),
+            {**q3x3, "channels_last": 0},
+        ),
+        case(
+            "tiny QLinearAveragePool 3x3 pad1 u8 NHWC",
+            "QLinearAveragePool",
+            "uint8",
+            (1, 8, 8, 4),
+            {**q3x3, "channels_last": 1},
+        ),
     ]
 
 
-_ONNX_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "float64": TensorProto.DOUBLE,
-               "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+_ONNX_TYPES = {
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "float64": TensorProto.DOUBLE,
+    "uint8": TensorProto.UINT8,
+    "int8": TensorProto.INT8,
+}
 
 
 def qlinear_params(case):
@@ -141,6 +182,7 @@ def qlinear_params(case):
 def _torch_quantized_avg_pool(k, s, pad):
     """PyTorch's quantized average pool on a channels_last quantized tensor (the input quantized once, outside the
     timing), with the case's scales."""
+
     def make(case, x):
         xs, xz, ys, yz = qlinear_params(case)
         nchw = torch.from_numpy(np.moveaxis(x, -1, 1) if case.attrs.get("channels_last") else x)
@@ -149,6 +191,7 @@ def _torch_quantized_avg_pool(k, s, pad):
         qx = torch.quantize_per_tensor(deq, xs, xz, qtype).contiguous(memory_format=torch.channels_last)
         cip = bool(case.attrs.get("count_include_pad"))
         return lambda: torch.ao.nn.quantized.functional.avg_pool2d(qx, k, s, pad, count_include_pad=cip)
+
     make.needs_case = True
     return make
 
@@ -162,16 +205,23 @@ def build_model(case, shape):
         inputs = ["X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"]
         xs, xz, ys, yz = qlinear_params(case)
         zp = np.uint8 if case.dtype == "uint8" else np.int8
-        inits = [numpy_helper.from_array(np.array(xs, np.float32), "x_scale"),
-                 numpy_helper.from_array(np.array(xz, zp), "x_zero_point"),
-                 numpy_helper.from_array(np.array(ys, np.float32), "y_scale"),
-                 numpy_helper.from_array(np.array(yz, zp), "y_zero_point")]
+        inits = [
+            numpy_helper.from_array(np.array(xs, np.float32), "x_scale"),
+            numpy_helper.from_array(np.array(xz, zp), "x_zero_point"),
+            numpy_helper.from_array(np.array(ys, np.float32), "y_scale"),
+            numpy_helper.from_array(np.array(yz, zp), "y_zero_point"),
+        ]
         node = helper.make_node(case.op, inputs, ["Y"], domain="com.microsoft", **case.attrs)
         opsets.append(helper.make_opsetid("com.microsoft", 1))
     else:
         node = helper.make_node(case.op, ["X"], ["Y"], **case.attrs)
-    graph = helper.make_graph([node], "bench", [helper.make_tensor_value_info("X", T, list(shape))],
-                              [helper.make_tensor_value_info("Y", T, None)], initializer=inits)
+    graph = helper.make_graph(
+        [node],
+        "bench",
+        [helper.make_tensor_value_info("X", T, list(shape))],
+        [helper.make_tensor_value_info("Y", T, None)],
+        initializer=inits,
+    )
     m = helper.make_model(graph, opset_imports=opsets)
     m.ir_version = IR_VERSION
     return m.SerializeToString()
@@ -275,15 +325,28 @@ ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of
 ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
 
 
-def _isa_worker(conn):
+def _isa_worker():
     """A process whose library was loaded with ONNX_POOLS_ISA forced: it builds library sessions for the cases the
-    parent sends and times them when asked, so every instruction set is timed in the same interleaved rounds."""
+    parent sends and times them when asked, so every instruction set is timed in the same interleaved rounds.
+    Messages are pickles on stdin / stdout (bench.py --isa-worker)."""
+    import pickle
+
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write to the reply stream
+
+    def send(value):
+        pickle.dump(value, replies, protocol=pickle.HIGHEST_PROTOCOL)
+        replies.flush()
+
     runners = {}
     while True:
-        msg = conn.recv()
+        try:
+            msg = pickle.load(requests)
+        except EOFError:
+            return 0
         kind = msg[0]
         if kind == "isa":
-            conn.send(onnx_pools.active_isa())
+            send(onnx_pools.active_isa())
         elif kind == "setup":
             _, model, x, threads = msg
             runners.clear()
@@ -294,43 +357,51 @@ def _isa_worker(conn):
                 run()
                 runners[t] = (sess, run)
                 outputs[t] = y
-            conn.send(outputs)
+            send(outputs)
         elif kind == "time":
             _, op, t, target, min_runs = msg
             before = onnx_pools.call_counts()[op]
             ts = time_runs(runners[t][1], target, min_runs)
-            conn.send((ts, onnx_pools.call_counts()[op] - before == len(ts) + 1))
+            send((ts, onnx_pools.call_counts()[op] - before == len(ts) + 1))
         elif kind == "clear":
             runners.clear()
-            conn.send(None)
+            send(None)
         else:
-            return
+            return 0
 
 
 class IsaWorker:
+    """bench.py --isa-worker in a child process with ONNX_POOLS_ISA=isa (read when the child loads the library)."""
+
     def __init__(self, isa):
-        import multiprocessing as mp
-        ctx = mp.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        saved = os.environ.get("ONNX_POOLS_ISA")
-        os.environ["ONNX_POOLS_ISA"] = isa  # read by the library when the child loads it
-        try:
-            self.process = ctx.Process(target=_isa_worker, args=(child,), daemon=True)
-            self.process.start()
-        finally:
-            if saved is None:
-                os.environ.pop("ONNX_POOLS_ISA", None)
-            else:
-                os.environ["ONNX_POOLS_ISA"] = saved
+        import subprocess
+
+        env = dict(os.environ, ONNX_POOLS_ISA=isa)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--isa-worker"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.isa = self.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
 
     def call(self, *msg):
-        self.conn.send(msg)
-        return self.conn.recv()
+        import pickle
+
+        pickle.dump(msg, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.process.stdin.flush()
+        try:
+            return pickle.load(self.process.stdout)
+        except EOFError:
+            raise RuntimeError(f"the benchmark's worker process exited (code {self.process.wait()})") from None
 
     def stop(self):
-        self.conn.send(("stop",))
-        self.process.join(timeout=10)
+        try:
+            self.process.stdin.close()
+        finally:
+            self.process.wait(timeout=30)
 
 
 def start_workers(requested):
@@ -351,9 +422,19 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     the case is timed in each of ROUNDS rounds, in turn; its time is the median over all its runs."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
-    base = {t: {"case": case.name(shape), "op": case.op, "dtype": case.dtype, "shape": list(shape),
-                "attrs": case.attrs, "threads": t, "bytes_read": x.nbytes, "torch_call": case.torch_desc or None}
-            for t in thread_counts}
+    base = {
+        t: {
+            "case": case.name(shape),
+            "op": case.op,
+            "dtype": case.dtype,
+            "shape": list(shape),
+            "attrs": case.attrs,
+            "threads": t,
+            "bytes_read": x.nbytes,
+            "torch_call": case.torch_desc or None,
+        }
+        for t in thread_counts
+    }
     runners = []  # (engine, threads, local function to time or an IsaWorker)
     sessions = []
     outputs = {}
@@ -378,6 +459,7 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
             def run_torch(xt=xt):
                 with torch.inference_mode():
                     return case.torch_fn(xt)
+
             runners.append(("torch", t, run_torch))
     samples = {(e, t): [] for e, t, _ in runners}
     kernel_ok = {w.isa: True for w in workers}
@@ -404,11 +486,18 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     rows = []
     for w in workers:
         for t in thread_counts:
-            r = dict(base[t], isa=w.isa, lib_ms=medians[(w.isa, t)], lib_runs=len(samples[(w.isa, t)]),
-                     lib_kernel_ok=kernel_ok[w.isa])
+            r = dict(
+                base[t],
+                isa=w.isa,
+                lib_ms=medians[(w.isa, t)],
+                lib_runs=len(samples[(w.isa, t)]),
+                lib_kernel_ok=kernel_ok[w.isa],
+            )
             r["stock_ms"] = medians.get(("stock", t))
             r["torch_ms"] = medians.get(("torch", t))
-            r["max_diff_vs_stock"] = compare(outputs[(w.isa, t)], outputs[("stock", t)]) if ("stock", t) in outputs else None
+            r["max_diff_vs_stock"] = (
+                compare(outputs[(w.isa, t)], outputs[("stock", t)]) if ("stock", t) in outputs else None
+            )
             for k in ("lib", "stock", "torch"):
                 ms = r.get(f"{k}_ms")
                 r[f"{k}_GBps"] = r["bytes_read"] / (ms * 1e-3) / 1e9 if ms else None
@@ -430,15 +519,35 @@ MEMORY_CASES = [  # (label, op, dtype, shape of 1 GiB, attrs)
     ("GlobalAveragePool f32", "GlobalAveragePool", "float32", (64, 64, 256, 256), {}),
     ("GlobalMaxPool f32", "GlobalMaxPool", "float32", (64, 64, 256, 256), {}),
     ("GlobalLpPool p=2 f32", "GlobalLpPool", "float32", (64, 64, 256, 256), {"p": 2}),
-    ("LpPool 3x3 pad1 p=2 f32, 4096x4096 planes", "LpPool", "float32", (1, 16, 4096, 4096),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+    (
+        "LpPool 3x3 pad1 p=2 f32, 4096x4096 planes",
+        "LpPool",
+        "float32",
+        (1, 16, 4096, 4096),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2},
+    ),
     ("LpPool 1-D k3 p=2 f32, one 2^28 plane", "LpPool", "float32", (1, 1, 1 << 28), {"kernel_shape": [3], "p": 2}),
-    ("QLinearAveragePool 3x3 pad1 u8 NCHW, 16384x16384 planes", "QLinearAveragePool", "uint8", (1, 4, 16384, 16384),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 0}),
-    ("QLinearAveragePool 3x3 pad1 u8 NHWC, 16384x16384x4", "QLinearAveragePool", "uint8", (1, 16384, 16384, 4),
-     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}),
-    ("QLinearAveragePool 1-D k3 u8 NCHW, one 2^30 plane", "QLinearAveragePool", "uint8", (1, 1, 1 << 30),
-     {"kernel_shape": [3], "pads": [1, 1], "channels_last": 0}),
+    (
+        "QLinearAveragePool 3x3 pad1 u8 NCHW, 16384x16384 planes",
+        "QLinearAveragePool",
+        "uint8",
+        (1, 4, 16384, 16384),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 0},
+    ),
+    (
+        "QLinearAveragePool 3x3 pad1 u8 NHWC, 16384x16384x4",
+        "QLinearAveragePool",
+        "uint8",
+        (1, 16384, 16384, 4),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1},
+    ),
+    (
+        "QLinearAveragePool 1-D k3 u8 NCHW, one 2^30 plane",
+        "QLinearAveragePool",
+        "uint8",
+        (1, 1, 1 << 30),
+        {"kernel_shape": [3], "pads": [1, 1], "channels_last": 0},
+    ),
 ]
 
 _MEMORY_CHILD = r"""
@@ -473,16 +582,24 @@ def memory_report(requested, markdown_path=None):
     fresh process: nothing else allocated between the reset of the peak and the run)."""
     import json
     import subprocess
+
     child = _MEMORY_CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)))
-    lines = ["| case | ISA | threads | input MiB | output MiB | peak above input + output, MiB | kernel ran |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | ISA | threads | input MiB | output MiB | peak above input + output, MiB | kernel ran |",
+        "|---|---|---|---|---|---|---|",
+    ]
     worst = 0
     for isa in [i for i in ISA_ORDER if i in requested]:
         for label, op, dtype, shape, attrs in MEMORY_CASES:
             for threads in (1, 2):
                 env = dict(os.environ, ONNX_POOLS_ISA=isa)
-                r = subprocess.run([sys.executable, "-c", child, json.dumps([label, op, dtype, shape, attrs, threads])],
-                                   env=env, capture_output=True, text=True, timeout=900)
+                r = subprocess.run(
+                    [sys.executable, "-c", child, json.dumps([label, op, dtype, shape, attrs, threads])],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 if r.returncode != 0:
                     print(f"error: {label} ({isa}, {threads} threads):\n{r.stderr[-2000:]}", file=sys.stderr)
                     return 1
@@ -490,8 +607,10 @@ def memory_report(requested, markdown_path=None):
                 if m["isa"] != isa:
                     break  # this CPU does not run the ISA
                 worst = max(worst, m["scratch"])
-                lines.append(f"| {label} | {isa} | {threads} | {m['input'] / 2**20:.0f} | {m['output'] / 2**20:.1f} "
-                             f"| {m['scratch'] / 2**20:.1f} | {'yes' if m['calls'] == 1 else 'NO'} |")
+                lines.append(
+                    f"| {label} | {isa} | {threads} | {m['input'] / 2**20:.0f} | {m['output'] / 2**20:.1f} "
+                    f"| {m['scratch'] / 2**20:.1f} | {'yes' if m['calls'] == 1 else 'NO'} |"
+                )
                 print(lines[-1], file=sys.stderr, flush=True)
     md = "\n".join(lines) + f"\n\nlargest: {worst / 2**20:.1f} MiB (target: at most 64 MiB)\n"
     print(md)
@@ -507,29 +626,42 @@ def _f(v, fmt):
 
 
 def markdown(env, ceilings, results):
-    lines = [f"onnx_pools {env['onnx_pools']} (ISAs {', '.join(env['isas'])}), onnxruntime {env['onnxruntime']}, "
-             f"torch {env['torch']}, numpy {env['numpy']}; CPU: {env['cpu']} ({env['cpus']} logical CPUs)", ""]
+    lines = [
+        f"onnx_pools {env['onnx_pools']} (ISAs {', '.join(env['isas'])}), onnxruntime {env['onnxruntime']}, "
+        f"torch {env['torch']}, numpy {env['numpy']}; CPU: {env['cpu']} ({env['cpus']} logical CPUs)",
+        "",
+    ]
     for t, c in sorted(ceilings.items()):
         parts = ", ".join(f"{k} {v:.1f}" for k, v in c.items() if k != "ceiling")
         lines.append(f"read-bandwidth ceiling at {t} thread(s): {c['ceiling']:.1f} GB/s ({parts})")
-    lines += ["", "| case | ISA | threads | lib ms | stock ms | torch ms | speed-up vs stock | speed-up vs torch "
-              "| lib vs 1 thread | lib GB/s | stock GB/s | torch GB/s | lib % of ceiling | lib kernel ran "
-              "| max diff vs stock |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| case | ISA | threads | lib ms | stock ms | torch ms | speed-up vs stock | speed-up vs torch "
+        "| lib vs 1 thread | lib GB/s | stock GB/s | torch GB/s | lib % of ceiling | lib kernel ran "
+        "| max diff vs stock |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         ceil = ceilings[r["threads"]]["ceiling"]
         stock = _f(r.get("stock_ms"), ".3f") if r.get("stock_ms") else "fails"
         lines.append(
             f"| {r['case']} | {r['isa']} | {r['threads']} | {r['lib_ms']:.3f} | {stock} "
-            f"| {_f(r.get('torch_ms'), '.3f')} | {_f(r['speedup_vs_stock'], '.2f')} | {_f(r['speedup_vs_torch'], '.2f')} "
+            f"| {_f(r.get('torch_ms'), '.3f')} | {_f(r['speedup_vs_stock'], '.2f')} "
+            f"| {_f(r['speedup_vs_torch'], '.2f')} "
             f"| {_f(r.get('threads_speedup'), '.2f')} "
             f"| {_f(r['lib_GBps'], '.1f')} | {_f(r['stock_GBps'], '.1f')} | {_f(r['torch_GBps'], '.1f')} "
             f"| {100 * r['lib_GBps'] / ceil:.0f}% | {'yes' if r['lib_kernel_ok'] else 'NO'} "
-            f"| {_f(r.get('max_diff_vs_stock'), '.2g')} |")
-    lines += ["", "speed-up = other time / lib time (> 1: the library is faster). GB/s = input bytes / median time. "
-              "max diff vs stock: relative to max |stock| (float), in quantization steps (uint8).",
-              "torch calls: " + "; ".join(sorted({f"{r['case'].rsplit(' ', 1)[0]}: {r['torch_call']}"
-                                                   for r in results if r.get("torch_call")}))]
+            f"| {_f(r.get('max_diff_vs_stock'), '.2g')} |"
+        )
+    lines += [
+        "",
+        "speed-up = other time / lib time (> 1: the library is faster). GB/s = input bytes / median time. "
+        "max diff vs stock: relative to max |stock| (float), in quantization steps (uint8).",
+        "torch calls: "
+        + "; ".join(
+            sorted({f"{r['case'].rsplit(' ', 1)[0]}: {r['torch_call']}" for r in results if r.get("torch_call")})
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -543,13 +675,24 @@ def environment():
                     break
     except OSError:
         pass
-    return {"onnx_pools": onnx_pools.__version__, "isa": onnx_pools.active_isa(), "onnxruntime": ort.__version__,
-            "torch": torch.__version__ if torch is not None else None, "numpy": np.__version__,
-            "python": platform.python_version(), "cpu": cpu, "cpus": os.cpu_count()}
+    return {
+        "onnx_pools": onnx_pools.__version__,
+        "isa": onnx_pools.active_isa(),
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__ if torch is not None else None,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+    }
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m onnx_pools bench", description="onnx-pools benchmark (library vs stock ORT vs torch)")
+    if argv is None and sys.argv[1:] == ["--isa-worker"] or argv == ["--isa-worker"]:
+        return _isa_worker()
+    ap = argparse.ArgumentParser(
+        prog="python -m onnx_pools bench", description="onnx-pools benchmark (library vs stock ORT vs torch)"
+    )
     ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
     ap.add_argument("--quick", action="store_true", help="fewer runs (about 0.2 s per measurement)")
     ap.add_argument("--cases", help="comma-separated substrings; run the cases whose name contains one")
@@ -557,11 +700,19 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument("--markdown", metavar="FILE", help="write the markdown table to FILE too")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    ap.add_argument("--isa", default="all", help="comma-separated instruction sets to time the library on, each "
-                    "in its own process with ONNX_POOLS_ISA forced (avx512, avx2, neon, portable); default: every "
-                    "one this CPU runs")
-    ap.add_argument("--memory", action="store_true", help="instead of timing: the peak RSS increase of one run "
-                    "of each op and layout on a 1 GiB input (scratch memory), per ISA")
+    ap.add_argument(
+        "--isa",
+        default="all",
+        help="comma-separated instruction sets to time the library on, each "
+        "in its own process with ONNX_POOLS_ISA forced (avx512, avx2, neon, portable); default: every "
+        "one this CPU runs",
+    )
+    ap.add_argument(
+        "--memory",
+        action="store_true",
+        help="instead of timing: the peak RSS increase of one run "
+        "of each op and layout on a 1 GiB input (scratch memory), per ISA",
+    )
     args = ap.parse_args(argv)
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
@@ -577,8 +728,10 @@ def main(argv=None):
         keep = [i for i, n in enumerate(names) if any(s in n.lower() for s in subs)]
         cases, names = [cases[i] for i in keep], [names[i] for i in keep]
     if args.list or not cases:
-        print("\n".join(names) if cases else f"error: no case matches {args.cases!r}",
-              file=sys.stdout if cases else sys.stderr)
+        print(
+            "\n".join(names) if cases else f"error: no case matches {args.cases!r}",
+            file=sys.stdout if cases else sys.stderr,
+        )
         return 0 if cases else 2
     requested = ISA_ORDER if args.isa == "all" else [i.strip() for i in args.isa.split(",") if i.strip()]
     if args.memory:
@@ -606,8 +759,11 @@ def main(argv=None):
             f.write(md)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": env, "read_ceiling_GBps": {str(k): v for k, v in ceilings.items()},
-                       "results": results}, f, indent=1)
+            json.dump(
+                {"environment": env, "read_ceiling_GBps": {str(k): v for k, v in ceilings.items()}, "results": results},
+                f,
+                indent=1,
+            )
     bad = [f"{r['case']} ({r['isa']})" for r in results if not r["lib_kernel_ok"]]
     if bad:
         print("error: the library's kernel did not run (call counter) for: " + ", ".join(bad), file=sys.stderr)

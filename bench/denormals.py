@@ -13,6 +13,7 @@ ratio to the normal input of the same session. Stock ORT is timed where it has a
 the Casts ORT inserts); '-' elsewhere. The library's call counter is checked to move on every library run.
 No pass/fail: a ratio far above 1 is the finding (issue 7: denormals must not slow kernels by orders of magnitude).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,12 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-TYPES = {"float32": (np.dtype(np.float32), TensorProto.FLOAT), "float64": (np.dtype(np.float64), TensorProto.DOUBLE),
-         "float16": (np.dtype(np.float16), TensorProto.FLOAT16), "bfloat16": (BF16, TensorProto.BFLOAT16)}
+TYPES = {
+    "float32": (np.dtype(np.float32), TensorProto.FLOAT),
+    "float64": (np.dtype(np.float64), TensorProto.DOUBLE),
+    "float16": (np.dtype(np.float16), TensorProto.FLOAT16),
+    "bfloat16": (BF16, TensorProto.BFLOAT16),
+}
 SUBNORMAL = {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5, "bfloat16": 5e-39}
 TINY = {"float32": 1e-20, "float64": 1e-160, "float16": 1e-3, "bfloat16": 1e-20}
 KINDS = ("normal", "subnormal", "tiny")
@@ -55,8 +60,9 @@ CASES = [
 def model_bytes(op, attrs, dtype, shape):
     T = TYPES[dtype][1]
     node = helper.make_node(op, ["X"], ["Y"], name="pool", **attrs)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", T, list(shape))],
-                          [helper.make_tensor_value_info("Y", T, None)])
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("X", T, list(shape))], [helper.make_tensor_value_info("Y", T, None)]
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 9
     return m.SerializeToString()
@@ -70,8 +76,9 @@ def make_input(kind, dtype, shape, rng):
 
 def ortvalue(x, dtype):
     if dtype == "bfloat16":
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(x).view(np.uint16),
-                                                               TensorProto.BFLOAT16)
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            np.ascontiguousarray(x).view(np.uint16), TensorProto.BFLOAT16
+        )
     return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x))
 
 
@@ -132,8 +139,10 @@ def _f(v, fmt="{:.3f}"):
     return "-" if v is None else fmt.format(v)
 
 
-HEADER = ("| case | type | lib normal ms | lib subnormal ms | lib tiny ms | lib subnormal/normal | lib tiny/normal | "
-          "stock normal ms | stock subnormal ms | stock tiny ms | stock subnormal/normal | stock tiny/normal |")
+HEADER = (
+    "| case | type | lib normal ms | lib subnormal ms | lib tiny ms | lib subnormal/normal | lib tiny/normal | "
+    "stock normal ms | stock subnormal ms | stock tiny ms | stock subnormal/normal | stock tiny/normal |"
+)
 
 
 def _line(r):
@@ -151,8 +160,10 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,float64,float16,bfloat16")
     ap.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     args = ap.parse_args(argv)
-    print(f"onnx-pools denormal benchmark: {platform.processor() or platform.machine()}, onnxruntime {ort.__version__}, "
-          f"library isa {onnx_pools.active_isa()}, {args.threads} thread(s)")
+    print(
+        f"onnx-pools denormal benchmark: {platform.processor() or platform.machine()}, onnxruntime {ort.__version__}, "
+        f"library isa {onnx_pools.active_isa()}, {args.threads} thread(s)"
+    )
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
     rows = bench(args.dtypes.split(","), args.threads, 0.1 if args.quick else 0.5)
@@ -160,8 +171,10 @@ def main(argv=None):
     for impl in ("lib", "stock"):
         ratios = [r[f"{impl} {k} ratio"] for r in rows for k in KINDS[1:] if r[f"{impl} {k} ratio"] is not None]
         worst[impl] = max(ratios) if ratios else None
-    print(f"\nworst slowdown vs normal input: library {_f(worst['lib'], '{:.2f}')}x, "
-          f"stock ORT {_f(worst['stock'], '{:.2f}')}x")
+    print(
+        f"\nworst slowdown vs normal input: library {_f(worst['lib'], '{:.2f}')}x, "
+        f"stock ORT {_f(worst['stock'], '{:.2f}')}x"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "worst": worst}, f, indent=1)

@@ -47,18 +47,30 @@ def cnn(head, batch, width=96, channels=128):
     def weight(name, *shape):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
 
-    inits = [weight("w1", 32, 3, 3, 3), weight("b1", 32), weight("w2", channels, 32, 3, 3), weight("b2", channels),
-             weight("wf", 10, channels), weight("bf", 10)]
-    nodes = [helper.make_node("Conv", ["X", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
-             helper.make_node("Relu", ["c2"], ["r2"]),
-             helper.make_node(head, ["r2"], ["p"]),
-             helper.make_node("Flatten", ["p"], ["f"]),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["Y"], transB=1)]
-    graph = helper.make_graph(nodes, f"cnn_{head}", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
-                                                                                     [batch, 3, width, width])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, 10])], inits)
+    inits = [
+        weight("w1", 32, 3, 3, 3),
+        weight("b1", 32),
+        weight("w2", channels, 32, 3, 3),
+        weight("b2", channels),
+        weight("wf", 10, channels),
+        weight("bf", 10),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["X", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node(head, ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["Y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        f"cnn_{head}",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [batch, 3, width, width])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [batch, 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
     return model.SerializeToString()
@@ -77,8 +89,13 @@ def models():
 
 def feeds_for(sess, rng):
     feeds = {}
-    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(uint8)": np.uint8, "tensor(int8)": np.int8}
+    types = {
+        "tensor(float)": np.float32,
+        "tensor(float16)": np.float16,
+        "tensor(double)": np.float64,
+        "tensor(uint8)": np.uint8,
+        "tensor(int8)": np.int8,
+    }
     for i in sess.get_inputs():
         if i.type not in types:
             return None  # e.g. bfloat16: numpy has no such type without ml_dtypes
@@ -109,8 +126,11 @@ def options(engine, model, threads, optimized_path=None):
 
 def layout_nodes(path):
     m = onnx.load(path)
-    c = Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in m.graph.node
-                if n.op_type.startswith("Reorder") or n.domain == "com.microsoft.nchwc")
+    c = Counter(
+        f"{n.domain + '.' if n.domain else ''}{n.op_type}"
+        for n in m.graph.node
+        if n.op_type.startswith("Reorder") or n.domain == "com.microsoft.nchwc"
+    )
     return ", ".join(f"{k} x{v}" for k, v in sorted(c.items())) or "none"
 
 
@@ -127,8 +147,10 @@ def main(argv=None):
     per_round = 0.04 if args.quick else 0.2
     rng = np.random.default_rng(0)
     print(f"onnx_pools {onnx_pools.__version__} (ISA {onnx_pools.active_isa()}), onnxruntime {ort.__version__}\n")
-    print("| model | threads | stock ms | lib ms | lib-all ms | plain ms | lib vs stock | lib-all vs stock "
-          "| plain vs stock | layout nodes: stock / lib / lib-all |")
+    print(
+        "| model | threads | stock ms | lib ms | lib-all ms | plain ms | lib vs stock | lib-all vs stock "
+        "| plain vs stock | layout nodes: stock / lib / lib-all |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,13 +184,18 @@ def main(argv=None):
                                 break
                 ms = {e: statistics.median(v) * 1e3 for e, v in samples.items()}
                 ratios.append(ms["stock"] / ms["lib"])
-                print(f"| {name} | {t} | {ms['stock']:.3f} | {ms['lib']:.3f} | {ms['lib-all']:.3f} | {ms['plain']:.3f} "
-                      f"| {ms['stock'] / ms['lib']:.2f} | {ms['stock'] / ms['lib-all']:.2f} "
-                      f"| {ms['stock'] / ms['plain']:.2f} | {layouts['stock']} / {layouts['lib']} / {layouts['lib-all']} |",
-                      flush=True)
+                print(
+                    f"| {name} | {t} | {ms['stock']:.3f} | {ms['lib']:.3f} | {ms['lib-all']:.3f} | {ms['plain']:.3f} "
+                    f"| {ms['stock'] / ms['lib']:.2f} | {ms['stock'] / ms['lib-all']:.2f} "
+                    f"| {ms['stock'] / ms['plain']:.2f} "
+                    f"| {layouts['stock']} / {layouts['lib']} / {layouts['lib-all']} |",
+                    flush=True,
+                )
     if ratios:
-        print(f"\ngeomean lib vs stock (session_options(model=...)): {np.exp(np.mean(np.log(ratios))):.3f} "
-              f"over {len(ratios)} model x thread runs; worst {min(ratios):.3f}")
+        print(
+            f"\ngeomean lib vs stock (session_options(model=...)): {np.exp(np.mean(np.log(ratios))):.3f} "
+            f"over {len(ratios)} model x thread runs; worst {min(ratios):.3f}"
+        )
     return 0
 
 

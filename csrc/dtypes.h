@@ -109,24 +109,40 @@ namespace {
 
 // Conversions between an element and its accumulator.
 template <class A>
-inline A to_acc(float v) { return v; }
+inline A to_acc(float v) {
+  return v;
+}
 template <class A>
-inline A to_acc(double v) { return static_cast<A>(v); }
+inline A to_acc(double v) {
+  return static_cast<A>(v);
+}
 template <class A>
-inline A to_acc(Float16 v) { return to_float(v); }
+inline A to_acc(Float16 v) {
+  return to_float(v);
+}
 template <class A>
-inline A to_acc(BFloat16 v) { return to_float(v); }
+inline A to_acc(BFloat16 v) {
+  return to_float(v);
+}
 
 template <class T>
 inline T from_acc(double v);
 template <>
-inline float from_acc<float>(double v) { return static_cast<float>(v); }
+inline float from_acc<float>(double v) {
+  return static_cast<float>(v);
+}
 template <>
-inline double from_acc<double>(double v) { return v; }
+inline double from_acc<double>(double v) {
+  return v;
+}
 template <>
-inline Float16 from_acc<Float16>(double v) { return to_float16(static_cast<float>(v)); }
+inline Float16 from_acc<Float16>(double v) {
+  return to_float16(static_cast<float>(v));
+}
 template <>
-inline BFloat16 from_acc<BFloat16>(double v) { return to_bfloat16(static_cast<float>(v)); }
+inline BFloat16 from_acc<BFloat16>(double v) {
+  return to_bfloat16(static_cast<float>(v));
+}
 
 }  // namespace
 }  // namespace onnx_pools

@@ -21,7 +21,7 @@ double mapped_sum_block(const A* a, int64_t n, Map map) {
   using S = Simd<A>;
   constexpr int L = kLanes<A>;
   constexpr int K = L / S::kLength;  // vectors of partial sums
-  if (n < 2 * L) {  // short channels: a lane array would cost more to fold than to fill
+  if (n < 2 * L) {                   // short channels: a lane array would cost more to fold than to fill
     A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -51,18 +51,26 @@ double mapped_sum_block(const A* a, int64_t n, Map map) {
 
 struct Identity {
   template <class V>
-  V operator()(V v) const { return v; }
+  V operator()(V v) const {
+    return v;
+  }
 };
 
 template <class A>
-double sum_block(const A* a, int64_t n) { return mapped_sum_block(a, n, Identity{}); }
+double sum_block(const A* a, int64_t n) {
+  return mapped_sum_block(a, n, Identity{});
+}
 
 template <class A, class Power>
-double power_sum_block(const A* a, int64_t n, Power power) { return mapped_sum_block(a, n, power); }
+double power_sum_block(const A* a, int64_t n, Power power) {
+  return mapped_sum_block(a, n, power);
+}
 
 // NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
 template <class A>
-inline A max_step(A m, A v) { return (v > m || v != v) ? v : m; }
+inline A max_step(A m, A v) {
+  return (v > m || v != v) ? v : m;
+}
 
 // max(running, a[0..n)), NaN if any is NaN. Four native vectors of running maxima plus a "saw NaN" mask: a plain
 // compare and select per element, where a sticky-NaN select would chain three. Channels of one to a few vectors
@@ -136,7 +144,11 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       result = running;
     } else {
       auto exact = [&] {
-        return lp_scaled([&](auto&& f) { for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i]))); }, lp);
+        return lp_scaled(
+            [&](auto&& f) {
+              for (int64_t i = 0; i < size; ++i) f(static_cast<double>(to_acc<A>(xc[i])));
+            },
+            lp);
       };
       // sum over [begin, end) of |x * 2^e|^p, the scaling inside the same loop
       auto power_total = [&](int e, int64_t begin, int64_t end) {
@@ -182,4 +194,3 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     y[c] = from_acc<T>(result);
   }
 }
-

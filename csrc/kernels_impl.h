@@ -22,12 +22,14 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 // The layers, lowest first; each header is a part of this one translation unit per ISA.
+// clang-format off: the layers in dependency order, lowest first
 #include "simd.h"
 #include "lp_math.h"
 #include "global_pools.h"
 #include "windows.h"
 #include "lp_pool.h"
 #include "qlinear_pool.h"
+// clang-format on
 
 template <class T>
 void fill_float_type(KernelTable& k, FloatType type) {

@@ -53,11 +53,17 @@ inline double lp_root(double sum, const LpNorm& lp) {
 
 // The root matching a power functor: the inverse of |x|^p, vectorisable for whole p up to 4.
 template <class A>
-inline A root_for(IntegerPower<1>, A sum) { return sum; }
+inline A root_for(IntegerPower<1>, A sum) {
+  return sum;
+}
 template <class A>
-inline A root_for(IntegerPower<2>, A sum) { return std::sqrt(sum); }
+inline A root_for(IntegerPower<2>, A sum) {
+  return std::sqrt(sum);
+}
 template <class A>
-inline A root_for(IntegerPower<4>, A sum) { return std::sqrt(std::sqrt(sum)); }
+inline A root_for(IntegerPower<4>, A sum) {
+  return std::sqrt(std::sqrt(sum));
+}
 
 // Cube root of a float window sum, division-free so the compiler vectorises it (std::cbrt is a scalar call): a
 // bit-level guess of v^(-1/3) within ~10%, three Newton steps for the inverse root in float (each squares the error:
@@ -77,9 +83,13 @@ inline float cube_root(float v) {
 }
 inline double cube_root(double v) { return std::cbrt(v); }
 template <class A>
-inline A root_for(IntegerPower<3>, A sum) { return cube_root(sum); }
+inline A root_for(IntegerPower<3>, A sum) {
+  return cube_root(sum);
+}
 template <class A>
-inline A root_for(const RealPower& power, A sum) { return static_cast<A>(std::pow(static_cast<double>(sum), 1.0 / power.p)); }
+inline A root_for(const RealPower& power, A sum) {
+  return static_cast<A>(std::pow(static_cast<double>(sum), 1.0 / power.p));
+}
 
 // A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;
 // otherwise the window is recomputed scaled by its largest magnitude, in double.
@@ -171,4 +181,3 @@ double lp_scaled(Visit&& visit, const LpNorm& lp) {
 // root, so every window takes the scaled double path: exact for one-element windows whatever p, and within
 // double rounding times 1/p otherwise.
 inline bool needs_scaled_lp(const LpNorm& lp) { return lp.integer_p == 0 && lp.p < 0.25; }
-

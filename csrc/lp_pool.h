@@ -45,9 +45,11 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
     const T* xp = x + plane * g.in_size;
     T* yp = y + plane * g.out_size;
     auto exact = [&](int64_t i) {
-      return static_cast<A>(lp_scaled([&](auto&& f) {
-        visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
-      }, lp));
+      return static_cast<A>(lp_scaled(
+          [&](auto&& f) {
+            visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
+          },
+          lp));
     };
     int e = 0;
     {  // a probe of the plane's first elements: if their powers already underflow or overflow, scale from the start
@@ -137,9 +139,11 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     T* yp = y + p * g.out_size;
     // The scaled double form of one window: for windows the fast sums cannot be trusted with (or all of them).
     auto exact = [&](int64_t i) {
-      return static_cast<A>(lp_scaled([&](auto&& f) {
-        visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
-      }, lp));
+      return static_cast<A>(lp_scaled(
+          [&](auto&& f) {
+            visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
+          },
+          lp));
     };
     if (all_exact) {
       for (int64_t i = 0; i < g.out_size; ++i) buf_a[i] = exact(i);
@@ -186,4 +190,3 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     store_block(roots, yp, g.out_size);
   }
 }
-

@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <cmath>
-#include <memory>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -184,9 +184,7 @@ void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit, c
 
 // ---- attributes shared by the ops --------------------------------------------------------------------------------
 
-size_t element_bytes(FloatType type) {
-  return type == FloatType::Float ? 4 : type == FloatType::Double ? 8 : 2;
-}
+size_t element_bytes(FloatType type) { return type == FloatType::Float ? 4 : type == FloatType::Double ? 8 : 2; }
 
 FloatType float_type(ONNXTensorElementDataType type) {
   switch (type) {
@@ -222,7 +220,8 @@ std::vector<int64_t> spatial_dims(const Shape& shape, bool channels_last) {
                        : std::vector<int64_t>(shape.begin() + 2, shape.end());
 }
 
-// ---- the ops ----------------------------------------------------------------------------------------------------------
+// ---- the ops
+// ----------------------------------------------------------------------------------------------------------
 
 class GlobalPool final : public OpKernel {
  public:
@@ -237,7 +236,8 @@ class GlobalPool final : public OpKernel {
     const int64_t channels = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
     const int64_t size = checked_product(x.shape.begin() + 2, x.shape.end(), op_.c_str(), "input 'X'");
     if (size == 0 && channels > 0) {
-      fail(op_, ": input 'X' has an empty spatial dimension, shape ", shape_text(x.shape), "; there is nothing to pool");
+      fail(op_, ": input 'X' has an empty spatial dimension, shape ", shape_text(x.shape),
+           "; there is nothing to pool");
     }
     // N x C x 1 x ... x 1, on the stack for the usual ranks (no allocation per run)
     int64_t small[8];
@@ -254,7 +254,8 @@ class GlobalPool final : public OpKernel {
     if (channels == 0) return;
     const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
     const size_t bytes = element_bytes(type_);
-    const AlignedIo io(x.data, static_cast<size_t>(channels * size) * bytes, y, static_cast<size_t>(channels) * bytes, bytes);
+    const AlignedIo io(x.data, static_cast<size_t>(channels * size) * bytes, y, static_cast<size_t>(channels) * bytes,
+                       bytes);
     parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
       fn(io.x() + begin * size * bytes, io.y() + begin * bytes, end - begin, size, lp_);
     });
@@ -271,7 +272,9 @@ class GlobalPool final : public OpKernel {
 class LpPool final : public OpKernel {
  public:
   LpPool(std::string op, FloatType type, const AttributeReader& attrs)
-      : op_(std::move(op)), type_(type), attrs_(read_pool_attributes(attrs, op_.c_str())),
+      : op_(std::move(op)),
+        type_(type),
+        attrs_(read_pool_attributes(attrs, op_.c_str())),
         lp_(read_lp_norm(attrs, op_)) {}
 
   void compute(OrtKernelContext* ctx) override {
@@ -291,7 +294,8 @@ class LpPool final : public OpKernel {
     // cost per plane: a window costs at most its in-bounds elements (no overflow with huge kernels)
     const int64_t window_cost = std::min(g.kernel_size, g.in_size);
     const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
-                             ? (int64_t{1} << 40) : g.in_size + g.out_size * window_cost / 4;
+                             ? (int64_t{1} << 40)
+                             : g.in_size + g.out_size * window_cost / 4;
     const AlignedIo io(x.data, static_cast<size_t>(planes * g.in_size) * bytes, y,
                        static_cast<size_t>(planes * g.out_size) * bytes, bytes);
     parallel_for(ctx, planes, cost, [&](int64_t begin, int64_t end) {
@@ -310,7 +314,8 @@ class LpPool final : public OpKernel {
 class QLinearAveragePool final : public OpKernel {
  public:
   QLinearAveragePool(std::string op, ONNXTensorElementDataType type, const AttributeReader& attrs)
-      : op_(std::move(op)), type_(type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 ? QuantType::UInt8 : QuantType::Int8),
+      : op_(std::move(op)),
+        type_(type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 ? QuantType::UInt8 : QuantType::Int8),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
         count_include_pad_(read_flag(attrs, "count_include_pad", op_)),
         channels_last_(read_flag(attrs, "channels_last", op_)) {}
@@ -354,14 +359,13 @@ class QLinearAveragePool final : public OpKernel {
   }
 
  private:
-  static bool is_scalar(const Tensor& t) {
-    return t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == 1);
-  }
+  static bool is_scalar(const Tensor& t) { return t.shape.empty() || (t.shape.size() == 1 && t.shape[0] == 1); }
 
   float scale(OrtKernelContext* ctx, size_t index, const char* name) const {
     const Tensor t = input(ctx, index, true);
     if (t.data == nullptr) fail(op_, ": input '", name, "' is required");
-    if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
+    if (!is_scalar(t))
+      fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
     const float v = *static_cast<const float*>(t.data);
     if (!(std::isfinite(v) && v > 0)) fail(op_, ": input '", name, "' must be a finite number > 0, got ", v);
     return v;
@@ -370,7 +374,8 @@ class QLinearAveragePool final : public OpKernel {
   int32_t zero_point(OrtKernelContext* ctx, size_t index, const char* name) const {
     const Tensor t = input(ctx, index, true);
     if (t.data == nullptr) return 0;  // an absent zero point is 0
-    if (!is_scalar(t)) fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
+    if (!is_scalar(t))
+      fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
     return type_ == QuantType::UInt8 ? *static_cast<const uint8_t*>(t.data) : *static_cast<const int8_t*>(t.data);
   }
 
@@ -417,7 +422,8 @@ std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTe
   }
   const KernelInfoAttributes attrs(info, op);
   switch (kind) {
-    case OpKind::GlobalAveragePool: return std::make_unique<GlobalPool>(Reduction::Average, op, float_type(type), attrs);
+    case OpKind::GlobalAveragePool:
+      return std::make_unique<GlobalPool>(Reduction::Average, op, float_type(type), attrs);
     case OpKind::GlobalMaxPool: return std::make_unique<GlobalPool>(Reduction::Max, op, float_type(type), attrs);
     case OpKind::GlobalLpPool: return std::make_unique<GlobalPool>(Reduction::Lp, op, float_type(type), attrs);
     case OpKind::LpPool: return std::make_unique<LpPool>(op, float_type(type), attrs);

@@ -23,7 +23,7 @@ extern const OrtApi* g_ort;
 // of their run time. Taken from GetApi(24) (by name with headers of API 24 or newer, by its table position with
 // older ones) and used only after a self-test on a tensor of known shape; null otherwise.
 using ShapeReferenceFn = OrtStatus*(ORT_API_CALL*)(const OrtValue* value, ONNXTensorElementDataType* type,
-                                                  const int64_t** shape, size_t* rank);
+                                                   const int64_t** shape, size_t* rank);
 extern ShapeReferenceFn g_shape_reference;
 
 // A user-facing error: its message names the op and the attribute or input at fault.

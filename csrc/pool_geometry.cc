@@ -25,11 +25,12 @@ std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* nam
   auto values = attrs.ints(name);
   if (!values) return {};
   if (values->size() != expected) {
-    fail(op, ": attribute '", name, "' has ", values->size(), " values, expected ", expected,
-         " (kernel_shape has ", rank, " spatial axes)");
+    fail(op, ": attribute '", name, "' has ", values->size(), " values, expected ", expected, " (kernel_shape has ",
+         rank, " spatial axes)");
   }
   for (size_t i = 0; i < values->size(); ++i) {
-    if ((*values)[i] < minimum) fail(op, ": attribute '", name, "' must be >= ", minimum, ", got ", (*values)[i], " at index ", i);
+    if ((*values)[i] < minimum)
+      fail(op, ": attribute '", name, "' must be >= ", minimum, ", got ", (*values)[i], " at index ", i);
   }
   return *values;
 }
@@ -39,7 +40,8 @@ std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* nam
 constexpr int64_t kMaxAxisSize = int64_t{1} << 60;
 
 int64_t bounded(int64_t value, const char* op, const char* attribute) {
-  if (value > kMaxAxisSize) fail(op, ": attribute '", attribute, "' is too large: an axis would span more than 2^60 positions");
+  if (value > kMaxAxisSize)
+    fail(op, ": attribute '", attribute, "' is too large: an axis would span more than 2^60 positions");
   return value;
 }
 
@@ -61,8 +63,9 @@ AxisGeometry compute_axis_raw(const PoolAttributes& a, size_t axis, int64_t in, 
   g.kernel = a.kernel_shape[axis];
   g.stride = a.strides.empty() ? 1 : a.strides[axis];
   g.dilation = a.dilations.empty() ? 1 : a.dilations[axis];
-  const int64_t extent = bounded(checked_add(checked_mul(g.kernel - 1, g.dilation, op, "kernel_shape"), 1, op, "dilations"),
-                                 op, g.kernel > 1 && g.dilation > 1 ? "dilations" : "kernel_shape");
+  const int64_t extent =
+      bounded(checked_add(checked_mul(g.kernel - 1, g.dilation, op, "kernel_shape"), 1, op, "dilations"), op,
+              g.kernel > 1 && g.dilation > 1 ? "dilations" : "kernel_shape");
 
   if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
     // out = ceil(in / stride); the padding that takes is never negative (TensorFlow's SAME, as the spec says).
@@ -77,7 +80,8 @@ AxisGeometry compute_axis_raw(const PoolAttributes& a, size_t axis, int64_t in, 
     g.pad_begin = a.pads[axis];
     g.pad_end = a.pads[axis + a.spatial_rank()];
   }
-  const int64_t padded = bounded(checked_add(checked_add(in, g.pad_begin, op, "pads"), g.pad_end, op, "pads"), op, "pads");
+  const int64_t padded =
+      bounded(checked_add(checked_add(in, g.pad_begin, op, "pads"), g.pad_end, op, "pads"), op, "pads");
   if (extent > padded) {
     fail(op, ": attribute 'kernel_shape' (", g.kernel, " with dilation ", g.dilation, ", extent ", extent,
          ") is larger than the padded input (", padded, ") along spatial axis ", axis);
@@ -130,7 +134,8 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
 int64_t checked_product(const int64_t* first, const int64_t* last, const char* op, const char* what) {
   int64_t product = 1;
   for (const int64_t* d = first; d != last; ++d) {
-    if (__builtin_mul_overflow(product, *d, &product)) fail(op, ": ", what, " has more elements than 64 bits can count");
+    if (__builtin_mul_overflow(product, *d, &product))
+      fail(op, ": ", what, " has more elements than 64 bits can count");
   }
   return product;
 }

@@ -5,7 +5,7 @@
 
 // ---- QLinearAveragePool ---------------------------------------------------------------------------------
 
-inline double round_half_even(double v) {  // |v| < 2^51
+inline double round_half_even(double v) {       // |v| < 2^51
   constexpr double magic = 6755399441055744.0;  // 1.5 * 2^52
   return (v + magic) - magic;
 }
@@ -19,7 +19,8 @@ double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int6
   float sum = 0;
   int64_t valid = 0;
   visit_window(g, out_index, index, [&](int64_t offset) {
-    const float element = q.x_scale * static_cast<float>(static_cast<int32_t>(x[offset * channels + c]) - q.x_zero_point);
+    const float element =
+        q.x_scale * static_cast<float>(static_cast<int32_t>(x[offset * channels + c]) - q.x_zero_point);
     sum += element;
     ++valid;
   });
@@ -42,7 +43,9 @@ inline double clamp_to(double v) {
 inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > 0.5 - 1e-4; }
 
 template <class Q>
-inline Q to_quantized(double clamped) { return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped))); }
+inline Q to_quantized(double clamped) {
+  return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
+}
 
 // Elements in bounds of a window of output row `row` (all axes but the last), as a product over those axes.
 inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
@@ -88,10 +91,12 @@ struct Requantiser {
   int64_t kernel_size;
   bool count_include_pad;
 
-  Requantiser(const QLinearParams& q, int64_t kernel) :
-      y_zero(static_cast<double>(q.y_zero_point)),
-      ratio(static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale)), x_zero_point(q.x_zero_point),
-      kernel_size(kernel), count_include_pad(q.count_include_pad) {}
+  Requantiser(const QLinearParams& q, int64_t kernel)
+      : y_zero(static_cast<double>(q.y_zero_point)),
+        ratio(static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale)),
+        x_zero_point(q.x_zero_point),
+        kernel_size(kernel),
+        count_include_pad(q.count_include_pad) {}
 
   // zero_sum and scale of a window holding `valid` input elements
   void pattern(int64_t valid, I& zero_sum, double& scale) const {
@@ -154,7 +159,8 @@ void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
 // (scratch: a ring of kernel rows of one strip, not a plane), requantised row by row. The zero sums and scales of
 // a row are rebuilt only when the row's in-bounds count changes (the edge rows).
 template <class Q, class I>
-void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
+void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g,
+                      const QLinearParams& q) {
   const RowsAndColumns rc = rows_and_columns(g);
   const Requantiser<Q, I> requantiser(q, g.kernel_size);
   const int64_t strip = min_of(rc.cols.out, kStripColumns);
@@ -188,8 +194,8 @@ void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const P
       Q* out = yu + (oh * rc.cols.out + begin) * channels;
       if (requantiser.run(sums, zero_sum, scale, n, channels, out, tie) > 0) {
         for_each_marked(tie, n * channels, [&](int64_t e) {
-          const double value = ort_float_value_2d(xu, rc, channels, e % channels, oh, begin + e / channels, q,
-                                                  g.kernel_size);
+          const double value =
+              ort_float_value_2d(xu, rc, channels, e % channels, oh, begin + e / channels, q, g.kernel_size);
           out[e] = to_quantized<Q>(clamp_to<Q>(value));
         });
       }
@@ -211,8 +217,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
   // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that the
   // requantisation below still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
-  const bool direct = channels == 1 && rank == 2 && out_last < kDirectColumns && g.axes[0].dilation == 1 &&
-                      last.dilation == 1;
+  const bool direct =
+      channels == 1 && rank == 2 && out_last < kDirectColumns && g.axes[0].dilation == 1 && last.dilation == 1;
   const int64_t widened = channels == 1 && !direct ? g.in_size : 0;
   const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, 4096 / g.out_size)) : 1;
   const int64_t direct_sums = direct ? step_units * g.out_size + (last.in + 1) + (g.axes[0].in + 1) * out_last : 0;
@@ -229,7 +235,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // 8-byte values first (scales, then indices), then the integer arrays, so every array is aligned for its type.
   double* scales = memory.as<double>();
   int64_t* index = reinterpret_cast<int64_t*>(scales + block_positions + out_last);
-  int64_t* row_lead_valid = index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
+  int64_t* row_lead_valid =
+      index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
   I* plane = reinterpret_cast<I*>(row_lead_valid + rows);
   I* step_sums = plane + widened;
   I* buf_a = step_sums + direct_sums;
@@ -254,7 +261,8 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     for (int64_t j = 0; j < out_last; ++j) requantiser.pattern(lead_valid * last.valid_count(j), zero_sum[j], scale[j]);
   };
   if (direct) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
-    for (int64_t r = 0; r < rows; ++r) fill_row(bulk.zero_sum + r * out_last, bulk.scale + r * out_last, row_lead_valid[r]);
+    for (int64_t r = 0; r < rows; ++r)
+      fill_row(bulk.zero_sum + r * out_last, bulk.scale + r * out_last, row_lead_valid[r]);
     for (int64_t k = 1; k < step_units; ++k) {
       std::memcpy(bulk.zero_sum + k * g.out_size, bulk.zero_sum, sizeof(I) * static_cast<size_t>(g.out_size));
       std::memcpy(bulk.scale + k * g.out_size, bulk.scale, sizeof(double) * static_cast<size_t>(g.out_size));
@@ -301,8 +309,9 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
         const int64_t r = row + i / out_last;  // the unit's row, and the unit
         const Q* x_unit = xu + (r / rows) * g.in_size * channels;
         const int64_t oh = r % rows, ow = i % out_last;
-        const double value = rank <= 2 ? ort_float_value_2d(x_unit, rc, channels, e % channels, oh, ow, q, g.kernel_size)
-                                       : ort_float_value(x_unit, g, channels, e % channels, oh * out_last + ow, q, index);
+        const double value = rank <= 2
+                                 ? ort_float_value_2d(x_unit, rc, channels, e % channels, oh, ow, q, g.kernel_size)
+                                 : ort_float_value(x_unit, g, channels, e % channels, oh * out_last + ow, q, index);
         yb[e] = to_quantized<Q>(clamp_to<Q>(value));
       });
     };
@@ -333,8 +342,8 @@ template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
   const size_t rank = g.axes.size();
-  const bool small_planes = channels == 1 && rank == 2 && g.axes[1].out < kDirectColumns &&
-                            g.axes[0].dilation == 1 && g.axes[1].dilation == 1;  // qlinear_pool's summed-area path
+  const bool small_planes = channels == 1 && rank == 2 && g.axes[1].out < kDirectColumns && g.axes[0].dilation == 1 &&
+                            g.axes[1].dilation == 1;  // qlinear_pool's summed-area path
   // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
   // scratch bounded by kWholePlaneLimit); larger planes and NHWC images are streamed.
   const bool whole_plane = channels == 1 && g.in_size <= kWholePlaneLimit;
@@ -363,4 +372,3 @@ void qlinear_nhwc(const void* x, void* y, int64_t images, int64_t channels, cons
                   const QLinearParams& q) {
   qlinear_dispatch<Q>(x, y, images, channels, g, q);
 }
-

@@ -2,11 +2,11 @@
 // Also the C entry points the Python loader reads (call counters, chosen instruction set).
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <cstring>
-#include <memory>
-#include <climits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -89,7 +89,8 @@ struct CustomOp : OrtCustomOp {
   ONNXTensorElementDataType type;
   bool schema_only;
 
-  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t, bool schema) : OrtCustomOp{}, def(d), type(t), schema_only(schema) {
+  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t, bool schema)
+      : OrtCustomOp{}, def(d), type(t), schema_only(schema) {
     version = kOrtApiVersion;  // ORT reads only the OrtCustomOp members of that version
     GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
     GetExecutionProviderType = [](const OrtCustomOp* op) -> const char* {
@@ -258,7 +259,8 @@ void register_ops(OrtSessionOptions* options) {
   if (domains.empty()) {
     std::vector<std::string> names;
     for (const CustomOp& op : all_custom_ops()) {
-      if (taken(op) && std::find(names.begin(), names.end(), op.def->domain) == names.end()) names.push_back(op.def->domain);
+      if (taken(op) && std::find(names.begin(), names.end(), op.def->domain) == names.end())
+        names.push_back(op.def->domain);
     }
     for (const std::string& name : names) {
       OrtCustomOpDomain* domain = nullptr;
@@ -300,8 +302,8 @@ ShapeReferenceFn find_shape_reference(const OrtApiBase* api_base) {
     const int64_t* dims = nullptr;
     size_t rank = 0;
     OrtStatus* s = fn(value, &type, &dims, &rank);
-    ok = s == nullptr && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && rank == 3 && dims != nullptr &&
-         dims[0] == 2 && dims[1] == 3 && dims[2] == 5;
+    ok = s == nullptr && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT && rank == 3 && dims != nullptr && dims[0] == 2 &&
+         dims[1] == 3 && dims[2] == 5;
     if (s != nullptr) g_ort->ReleaseStatus(s);
   } else {
     g_ort->ReleaseStatus(status);

@@ -21,8 +21,9 @@ template <class A>
 struct Simd {
   static constexpr int kLength = kVectorBytes / static_cast<int>(sizeof(A));
   typedef A Value __attribute__((vector_size(kVectorBytes)));
-  using MaskElement = std::conditional_t<sizeof(A) == 8, int64_t, std::conditional_t<sizeof(A) == 4, int32_t,
-                                         std::conditional_t<sizeof(A) == 2, int16_t, int8_t>>>;
+  using MaskElement = std::conditional_t<
+      sizeof(A) == 8, int64_t,
+      std::conditional_t<sizeof(A) == 4, int32_t, std::conditional_t<sizeof(A) == 2, int16_t, int8_t>>>;
   typedef MaskElement Mask __attribute__((vector_size(kVectorBytes)));  // all-ones where a comparison holds
   static Value load(const A* p) {
     Value v;
@@ -40,9 +41,13 @@ template <class A>
 constexpr int kLanes = 128 / static_cast<int>(sizeof(A));
 
 template <class V>
-inline V min_of(V a, V b) { return b < a ? b : a; }
+inline V min_of(V a, V b) {
+  return b < a ? b : a;
+}
 template <class V>
-inline V max_of(V a, V b) { return a < b ? b : a; }
+inline V max_of(V a, V b) {
+  return a < b ? b : a;
+}
 template <class V>
 inline void fill(V* p, int64_t n, V v) {
   for (int64_t i = 0; i < n; ++i) p[i] = v;
@@ -57,7 +62,7 @@ typedef uint32_t __attribute__((may_alias)) aliased_u32;
 inline void halves_to_floats(const uint16_t* src, aliased_u32* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const int32_t h = src[i];
-    const int32_t magnitude = h & 0x7fff;  // signed compares below: SSE2 has no unsigned ones
+    const int32_t magnitude = h & 0x7fff;                    // signed compares below: SSE2 has no unsigned ones
     const int32_t normal = (magnitude << 13) + (112 << 23);  // exponent re-biased from 15 to 127
     const int32_t special = (magnitude << 13) | 0x7f800000;  // inf / NaN
     const int32_t subnormal = static_cast<int32_t>(float_to_bits(static_cast<float>(magnitude) * 0x1p-24f));
@@ -75,9 +80,10 @@ inline void floats_to_halves(const aliased_u32* src, uint16_t* dst, int64_t n) {
     const float scaled = bits_to_float(u) * 16777216.0f;
     const uint32_t subnormal = static_cast<uint32_t>(static_cast<int32_t>((scaled + 8388608.0f) - 8388608.0f));
     const uint32_t normal = (u + 0xfffu + ((u >> 13) & 1u) - (112u << 23)) >> 13;
-    const uint32_t bits = u > 0x7f800000u ? nan
+    const uint32_t bits = u > 0x7f800000u    ? nan
                           : u >= 0x477ff000u ? 0x7c00u  // >= 65520 rounds to inf
-                          : u < 0x38800000u ? subnormal : normal;
+                          : u < 0x38800000u  ? subnormal
+                                             : normal;
     dst[i] = static_cast<uint16_t>(sign | bits);
   }
 }
@@ -151,4 +157,3 @@ const AccOf<T>* acc_view(const T* src, AccOf<T>* buf, int64_t n) {
     return buf;
   }
 }
-

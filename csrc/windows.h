@@ -154,7 +154,6 @@ void visit_window(const PoolGeometry& g, int64_t out_index, int64_t* index, F&& 
   }
 }
 
-
 // ---- streaming window sums of 1-D and 2-D planes (bounded scratch) ------------------------------------------
 
 // A 1-D or 2-D plane as rows x columns (a 1-D plane is one row).
@@ -178,9 +177,7 @@ inline RowsAndColumns rows_and_columns(const PoolGeometry& g) {
 constexpr int64_t kStripColumns = 4096;
 
 // Rows one output row's windows span: the reduced rows kept in the ring.
-inline int64_t ring_rows(const AxisGeometry& rows) {
-  return min_of((rows.kernel - 1) * rows.dilation + 1, rows.in);
-}
+inline int64_t ring_rows(const AxisGeometry& rows) { return min_of((rows.kernel - 1) * rows.dilation + 1, rows.in); }
 // Input columns one strip's windows can reach.
 inline int64_t strip_input_columns(const AxisGeometry& cols) {
   const int64_t strip = min_of(cols.out, kStripColumns);
@@ -218,8 +215,8 @@ void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeome
   // windows wholly inside the row: [inner_lo, inner_hi)
   const int64_t reach = (g.kernel - 1) * g.dilation;
   const int64_t inner_lo = min_of(end, max_of(begin, (g.pad_begin + g.stride - 1) / g.stride));
-  const int64_t inner_hi = max_of(inner_lo, min_of(end, g.in - 1 - reach + g.pad_begin >= 0
-                                                            ? (g.in - 1 - reach + g.pad_begin) / g.stride + 1 : 0));
+  const int64_t inner_hi = max_of(
+      inner_lo, min_of(end, g.in - 1 - reach + g.pad_begin >= 0 ? (g.in - 1 - reach + g.pad_begin) / g.stride + 1 : 0));
   for (int64_t j = begin; j < inner_lo; ++j) one_window(j);
   for (int64_t j = inner_hi; j < end; ++j) one_window(j);
   const int64_t n = inner_hi - inner_lo;
@@ -229,16 +226,28 @@ void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeome
   const int64_t step = g.stride * channels, dil = g.dilation * channels;
   if (channels == 1 && g.stride == 1) {
     switch (g.kernel) {
-      case 1: for (int64_t j = 0; j < n; ++j) d[j] = s[j]; return;
-      case 2: for (int64_t j = 0; j < n; ++j) d[j] = s[j] + s[j + dil]; return;
-      case 3: for (int64_t j = 0; j < n; ++j) d[j] = (s[j] + s[j + dil]) + s[j + 2 * dil]; return;
+      case 1:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[j];
+        return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[j] + s[j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (s[j] + s[j + dil]) + s[j + 2 * dil];
+        return;
       default: break;
     }
   } else if (channels == 1 && g.stride == 2) {
     switch (g.kernel) {
-      case 1: for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j]; return;
-      case 2: for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j] + s[2 * j + dil]; return;
-      case 3: for (int64_t j = 0; j < n; ++j) d[j] = (s[2 * j] + s[2 * j + dil]) + s[2 * j + 2 * dil]; return;
+      case 1:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j];
+        return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j] + s[2 * j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (s[2 * j] + s[2 * j + dil]) + s[2 * j + 2 * dil];
+        return;
       default: break;
     }
   } else if (channels > 1 && g.kernel <= 3) {
@@ -273,8 +282,12 @@ template <class S>
 void add_rows(S* const* rows, int64_t count, S* dst, int64_t n) {
   switch (count) {
     case 1: std::memcpy(dst, rows[0], sizeof(S) * static_cast<size_t>(n)); return;
-    case 2: for (int64_t i = 0; i < n; ++i) dst[i] = rows[0][i] + rows[1][i]; return;
-    case 3: for (int64_t i = 0; i < n; ++i) dst[i] = (rows[0][i] + rows[1][i]) + rows[2][i]; return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i) dst[i] = rows[0][i] + rows[1][i];
+      return;
+    case 3:
+      for (int64_t i = 0; i < n; ++i) dst[i] = (rows[0][i] + rows[1][i]) + rows[2][i];
+      return;
     default:
       for (int64_t i = 0; i < n; ++i) dst[i] = (rows[0][i] + rows[1][i]) + rows[2][i];
       for (int64_t r = 3; r < count; ++r) {
@@ -303,8 +316,8 @@ bool stream_window_sums(const RowsAndColumns& p, int64_t channels, S* scratch, i
     const int64_t count = min_of(strip_max, cols.out - begin);
     // the input columns this strip's windows reach, clipped to the input
     const int64_t first = max_of<int64_t>(0, begin * cols.stride - cols.pad_begin);
-    const int64_t last = min_of(cols.in, (begin + count - 1) * cols.stride - cols.pad_begin +
-                                             (cols.kernel - 1) * cols.dilation + 1);
+    const int64_t last =
+        min_of(cols.in, (begin + count - 1) * cols.stride - cols.pad_begin + (cols.kernel - 1) * cols.dilation + 1);
     const int64_t width = max_of<int64_t>(0, last - first);
     for (int64_t r = 0; r < ring; ++r) ring_tags[r] = -1;
     for (int64_t oh = 0; oh < rows.out; ++oh) {

@@ -13,6 +13,7 @@ Checked at the end (exit status 1 otherwise): every output equals stock ONNX Run
 here in the driver, without the library), the rows were served by `workers` distinct worker processes (not the
 driver), and each worker's call counter equals the number of rows it ran, so every row ran on the library's kernel.
 """
+
 import argparse
 import os
 import sys
@@ -67,10 +68,14 @@ class PoolingModel:
         import onnx_pools
 
         x = batch["x"]
-        ys = [self.session.run(None, {self.input: x[i:i + 1]})[0] for i in range(len(x))]  # the model's batch is 1
+        ys = [self.session.run(None, {self.input: x[i : i + 1]})[0] for i in range(len(x))]  # the model's batch is 1
         calls = onnx_pools.call_counts()[self.op]  # this process's counter, after this batch
-        return {"row": batch["row"], "y": np.concatenate(ys).reshape(len(x), -1),
-                "pid": np.full(len(x), self.pid), "calls": np.full(len(x), calls, dtype=np.int64)}
+        return {
+            "row": batch["row"],
+            "y": np.concatenate(ys).reshape(len(x), -1),
+            "pid": np.full(len(x), self.pid),
+            "calls": np.full(len(x), calls, dtype=np.int64),
+        }
 
 
 def main(argv=None):
@@ -97,11 +102,17 @@ def main(argv=None):
     ray.init(num_cpus=args.workers + 1, include_dashboard=False, log_to_driver=False)
     try:
         barrier = ray.remote(num_cpus=0)(StartBarrier).options(name="onnx_pools_start_barrier").remote()
-        ds = ray.data.from_items([{"row": i, "x": xs[i]} for i in range(args.rows)],
-                                 override_num_blocks=args.workers * 4)
-        out = ds.map_batches(PoolingModel, fn_constructor_args=(model, args.op, args.workers), batch_size=args.batch_size,
-                             batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=args.workers),
-                             num_cpus=1)
+        ds = ray.data.from_items(
+            [{"row": i, "x": xs[i]} for i in range(args.rows)], override_num_blocks=args.workers * 4
+        )
+        out = ds.map_batches(
+            PoolingModel,
+            fn_constructor_args=(model, args.op, args.workers),
+            batch_size=args.batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=args.workers),
+            num_cpus=1,
+        )
         rows = out.take_all()
         del barrier
     finally:
@@ -130,8 +141,10 @@ def main(argv=None):
         print(f"worker pid {pid}: {w['rows']} rows, library {args.op} kernel runs {w['calls']}")
         if w["calls"] != w["rows"]:
             problems.append(f"worker {pid}: {w['calls']} library kernel runs for {w['rows']} rows")
-    print(f"{args.rows} rows, {len(per_worker)} worker process(es) of {args.workers}, "
-          f"max relative difference vs stock ORT {worst:.2g}, {seconds:.1f} s (with Ray start-up)")
+    print(
+        f"{args.rows} rows, {len(per_worker)} worker process(es) of {args.workers}, "
+        f"max relative difference vs stock ORT {worst:.2g}, {seconds:.1f} s (with Ray start-up)"
+    )
     for p in problems:
         print(f"FAILED: {p}", file=sys.stderr)
     if not problems:

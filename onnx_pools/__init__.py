@@ -167,8 +167,22 @@ def _pool_fed_by_compute(nodes):
 
 # ORT's NCHWc transformer keeps these in its blocked layout after a Conv; a global pool behind a chain of them
 # would be taken into that layout by ORT's own kernel.
-_BLOCKED_LAYOUT_OPS = {"Conv", "FusedConv", "Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Add", "Sum",
-                       "Concat", "BatchNormalization", "MaxPool", "AveragePool"}
+_BLOCKED_LAYOUT_OPS = {
+    "Conv",
+    "FusedConv",
+    "Relu",
+    "Clip",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "HardSigmoid",
+    "Add",
+    "Sum",
+    "Concat",
+    "BatchNormalization",
+    "MaxPool",
+    "AveragePool",
+}
 _LEFT_TO_ORT_LAYOUT = ("GlobalAveragePool", "GlobalMaxPool")
 
 
@@ -178,8 +192,10 @@ def _ort_blocked_layout(so):
 
     import onnxruntime
 
-    return (platform.machine().lower() in ("x86_64", "amd64")
-            and so.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    return (
+        platform.machine().lower() in ("x86_64", "amd64")
+        and so.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
 
 
 def _fed_by_blocked_layout(nodes, op_name):

@@ -11,6 +11,7 @@ Exit status: 0 ok; 1 the library failed to run a model; 2 bad arguments, missing
 3 the model has no node the library handles (`run` still runs it).
 There is no pooling logic here: all computation is done by ONNX Runtime with the library's kernels.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,21 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_POOLS = 0, 1, 2, 3
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 # TensorProto element type -> name (short, as printed)
-_ELEM_NAMES = {1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-               10: "float16", 11: "double", 12: "uint32", 13: "uint64", 16: "bfloat16"}
+_ELEM_NAMES = {
+    1: "float",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "double",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
+}
 
 
 class CliError(Exception):
@@ -154,8 +168,12 @@ def value_types(model):
     # onnx's inference does not know com.microsoft ops: X of a QLinearAveragePool has its zero point's type
     inits = {i.name: i for i in model.graph.initializer}
     for node, _ in pooling_nodes(model):
-        if node.op_type == "QLinearAveragePool" and node.input[0] not in vis and len(node.input) > 2 \
-                and node.input[2] in inits:
+        if (
+            node.op_type == "QLinearAveragePool"
+            and node.input[0] not in vis
+            and len(node.input) > 2
+            and node.input[2] in inits
+        ):
             vis[node.input[0]] = helper.make_tensor_value_info(node.input[0], inits[node.input[2]].data_type, None)
     return vis
 
@@ -191,14 +209,24 @@ def session_options(library, threads=1, model=None):
 
 def make_session(model_bytes, library, threads=1):
     ort = _ort()
-    return ort.InferenceSession(model_bytes, session_options(library, threads, model_bytes), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        model_bytes, session_options(library, threads, model_bytes), providers=["CPUExecutionProvider"]
+    )
 
 
 # ------------------------------------------------------------------------------------------------ running
-_NP_TYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-             "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(int16)": np.int16,
-             "tensor(uint16)": np.uint16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
-             "tensor(bool)": np.bool_}
+_NP_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(float16)": np.float16,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(uint16)": np.uint16,
+    "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64,
+    "tensor(bool)": np.bool_,
+}
 
 
 def np_dtype(ort_type):
@@ -245,7 +273,7 @@ def _to_ortvalue(v):
 
 def _from_ortvalue(ov):
     if ov.data_type() == "tensor(bfloat16)":
-        n = (2 * int(np.prod(ov.shape())))
+        n = 2 * int(np.prod(ov.shape()))
         raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
         return np.frombuffer(raw, np.uint16).view(_bf16()).reshape(ov.shape()).copy()
     return ov.numpy()
@@ -254,7 +282,8 @@ def _from_ortvalue(ov):
 def run_session(sess, feeds):
     """sess.run for {name: array}; bfloat16 (ml_dtypes) inputs/outputs go through OrtValues."""
     if not any(np.asarray(v).dtype == _bf16() for v in feeds.values()) and not any(
-            o.type == "tensor(bfloat16)" for o in sess.get_outputs()):
+        o.type == "tensor(bfloat16)" for o in sess.get_outputs()
+    ):
         return sess.run(None, feeds)
     outs = sess.run_with_ort_values(None, {k: _to_ortvalue(v) for k, v in feeds.items()})
     return [_from_ortvalue(o) for o in outs]
@@ -308,13 +337,13 @@ def default_models_dir():
     for c in candidates:
         if c.is_dir() and any(c.glob("*.onnx")):
             return c
-    raise CliError("no bundled models found (looked in " + ", ".join(str(c) for c in candidates)
-                   + "); pass --models DIR")
+    raise CliError(
+        "no bundled models found (looked in " + ", ".join(str(c) for c in candidates) + "); pass --models DIR"
+    )
 
 
 def _table(headers, rows):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(headers)]
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in rows]
@@ -333,8 +362,10 @@ def cmd_demo(args):
     files = sorted(mdir.glob("*.onnx"))
     if not files:
         raise CliError(f"{mdir}: no .onnx files")
-    print(f"onnx_pools {pools.__version__} ({pools.active_isa()}), onnxruntime {ort.__version__}, "
-          f"library {pools.get_library_path()}")
+    print(
+        f"onnx_pools {pools.__version__} ({pools.active_isa()}), onnxruntime {ort.__version__}, "
+        f"library {pools.get_library_path()}"
+    )
     print(f"models: {mdir}  (intra-op threads: {args.threads}; times: median of runs of the whole model)")
     print()
     rows, failed = [], 0
@@ -354,6 +385,7 @@ def cmd_demo(args):
             failed += 1
             rows.append([f.name, node_desc, "-", "-", "-", f"LIBRARY FAILED: {short_reason(e)}"])
             continue
+        # "ORT": left to ORT's blocked (NCHWc) layout after convolutions, where it is faster (see session_options)
         served = ", ".join("library" if moved.get(n.op_type, 0) > 0 else "ORT" for n, _ in nodes) or "-"
         try:
             stock = make_session(data, False, args.threads)
@@ -367,8 +399,10 @@ def cmd_demo(args):
         rows.append([f.name, node_desc, served, f"{diff:.3g}", f"{t_stock / t_lib:.2f}x", ""])
     print(_table(["model", "pooling nodes (op, type)", "kernel", "max |lib - stock|", "speed-up", "note"], rows))
     n_nodes = sum(r[2].count("library") for r in rows)
-    print(f"\n{len(files)} models, {n_nodes} pooling nodes served by the library"
-          + (f", {failed} models FAILED with the library" if failed else ""))
+    print(
+        f"\n{len(files)} models, {n_nodes} pooling nodes served by the library"
+        + (f", {failed} models FAILED with the library" if failed else "")
+    )
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -421,18 +455,24 @@ def cmd_inspect(args):
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in _opsets(model).items())
     print(f"{args.model}: ir_version {model.ir_version}, opsets: {opsets}, {len(model.graph.node)} nodes")
     if not nodes:
-        print(f"error: {args.model}: no pooling nodes (the library implements: {', '.join(_pools().OPS)})",
-              file=sys.stderr)
+        print(
+            f"error: {args.model}: no pooling nodes (the library implements: {', '.join(_pools().OPS)})",
+            file=sys.stderr,
+        )
         return EXIT_NO_POOLS
     print(f"pooling nodes: {len(nodes)}")
     for node, opset in nodes:
         vi = vis.get(node.input[0])
         shape = "?"
         if vi is not None and vi.type.tensor_type.HasField("shape"):
-            shape = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
-                             for d in vi.type.tensor_type.shape.dim)
-        print(f"  {node.name or '(unnamed)'}: {node.op_type}  domain={node.domain or 'ai.onnx'}  opset={opset}  "
-              f"type={elem_name(vi)}  input={shape}")
+            shape = "x".join(
+                str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in vi.type.tensor_type.shape.dim
+            )
+        print(
+            f"  {node.name or '(unnamed)'}: {node.op_type}  domain={node.domain or 'ai.onnx'}  opset={opset}  "
+            f"type={elem_name(vi)}  input={shape}"
+        )
         print(f"      attributes: {_attr_str(node)}")
         try:
             data = _single_node_model(model, node, vis)
@@ -520,8 +560,10 @@ def find_bench():
 def cmd_bench(argv):
     p = find_bench()
     if p is None:
-        raise CliError(f"the benchmark is not installed ({PACKAGE_DIR / '_bench.py'} is missing) and there is no "
-                       "bench/bench.py here; reinstall the package from a wheel or run from a source checkout")
+        raise CliError(
+            f"the benchmark is not installed ({PACKAGE_DIR / '_bench.py'} is missing) and there is no "
+            "bench/bench.py here; reinstall the package from a wheel or run from a source checkout"
+        )
     spec = importlib.util.spec_from_file_location("onnx_pools_bench", p)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look the module up
@@ -541,8 +583,12 @@ def program_name():
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog=program_name(), description="onnx-pools: pooling kernels for "
-                                 "ONNX Runtime.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=program_name(),
+        description="onnx-pools: pooling kernels for ONNX Runtime.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="cmd", metavar="{demo,inspect,run,bench}")
     d = sub.add_parser("demo", help="run the bundled models with the library and with stock ORT")
     d.add_argument("--models", help="folder of .onnx models (default: the bundled models)")
@@ -551,8 +597,12 @@ def build_parser():
     i.add_argument("model")
     r = sub.add_parser("run", help="run a model with the library, save the outputs")
     r.add_argument("model")
-    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input (repeatable); "
-                   "inputs not given are random (symbolic dims -> 1)")
+    r.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=FILE.npy",
+        help="an input (repeatable); inputs not given are random (symbolic dims -> 1)",
+    )
     r.add_argument("--out", default="outputs", help="folder for the outputs (default ./outputs)")
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

@@ -6,6 +6,7 @@ own NHWC kernel (com.ms.internal.nhwc), and the library's kernel, registered for
 session config entry optimization.disable_specified_optimizers=NhwcTransformer it does. Exit status 0 when the
 library ran with onnx_pools.session_options(model=...) alone, 1 otherwise (the message says which).
 """
+
 import sys
 
 import numpy as np
@@ -14,9 +15,12 @@ from onnx import TensorProto, helper
 
 import onnx_pools
 
-graph = helper.make_graph([helper.make_node("GlobalAveragePool", ["X"], ["Y"])], "g",
-                          [helper.make_tensor_value_info("X", TensorProto.FLOAT16, [1, 8, 4, 4])],
-                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)])
+graph = helper.make_graph(
+    [helper.make_node("GlobalAveragePool", ["X"], ["Y"])],
+    "g",
+    [helper.make_tensor_value_info("X", TensorProto.FLOAT16, [1, 8, 4, 4])],
+    [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)],
+)
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
 model.ir_version = 10
 ran = {}
@@ -31,7 +35,9 @@ for disabled in ("", "NhwcTransformer"):
 if ran[""] == 1:
     print("fp16 probe: float16 GlobalAveragePool runs on the library's kernel")
     sys.exit(0)
-print("fp16 probe: KNOWN ISSUE: onnxruntime's NhwcTransformer takes float16 GlobalAveragePool from the library on "
-      f"this FP16-capable CPU (library kernel ran {ran['']}x; with "
-      f"optimization.disable_specified_optimizers=NhwcTransformer {ran['NhwcTransformer']}x)")
+print(
+    "fp16 probe: KNOWN ISSUE: onnxruntime's NhwcTransformer takes float16 GlobalAveragePool from the library on "
+    f"this FP16-capable CPU (library kernel ran {ran['']}x; with "
+    f"optimization.disable_specified_optimizers=NhwcTransformer {ran['NhwcTransformer']}x)"
+)
 sys.exit(1)

@@ -9,6 +9,7 @@ and without count_include_pad), on the onnx_pools found on sys.path, and writes 
 Inputs are made from integers only (no libm), so they are the same bits on every machine. Used by
 scripts/aarch64_check.sh to compare the aarch64 paths (under qemu) with the x86-64 ones. Needs onnx and ml_dtypes.
 """
+
 import ctypes
 import hashlib
 import json
@@ -28,12 +29,14 @@ def cases():
     for name, dt in dtypes.items():
         for shape in ([2, 3, 5, 7], [1, 2, 1001], [2, 17, 9, 11], [1, 3, 2, 3, 5]):
             x = ((rng.integers(-4000, 4000, shape).astype(np.float64)) / 512.0).astype(dt)
-            out += [(f"GAP {name} {shape}", "GlobalAveragePool", 22, x, {}),
-                    (f"GMP {name} {shape}", "GlobalMaxPool", 22, x, {})]
+            out += [
+                (f"GAP {name} {shape}", "GlobalAveragePool", 22, x, {}),
+                (f"GMP {name} {shape}", "GlobalMaxPool", 22, x, {}),
+            ]
             for p in (1, 2, 3):
                 out.append((f"GLP p={p} {name} {shape}", "GlobalLpPool", 22, x, {"p": p}))
             out.append((f"GLP-1 p=1.5 {name} {shape}", "GlobalLpPool", 1, x, {"p": 1.5}))
-        x = (rng.integers(-4000, 4000, [2, 3, 33]).astype(np.float64) / 512.0)
+        x = rng.integers(-4000, 4000, [2, 3, 33]).astype(np.float64) / 512.0
         x[0, 1, 32] = np.nan
         x[1, 2, 0] = np.inf
         x = x.astype(dt)
@@ -45,7 +48,11 @@ def cases():
         for tag, x, attrs in (
             ("2d k3 s1 pad1 p2", x2, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
             ("2d k2 s2 p3", x2, {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
-            ("2d k3x2 dil2 ceil p1", x2, {"kernel_shape": [3, 2], "dilations": [2, 1], "strides": [2, 3], "ceil_mode": 1, "p": 1}),
+            (
+                "2d k3x2 dil2 ceil p1",
+                x2,
+                {"kernel_shape": [3, 2], "dilations": [2, 1], "strides": [2, 3], "ceil_mode": 1, "p": 1},
+            ),
             ("2d k4 same_upper p2", x2, {"kernel_shape": [4, 4], "auto_pad": "SAME_UPPER", "strides": [3, 2], "p": 2}),
             ("1d k5 s2 pad2 p3", x1, {"kernel_shape": [5], "strides": [2], "pads": [2, 1], "p": 3}),
             ("3d k2x3x2 pad p2", x3, {"kernel_shape": [2, 3, 2], "pads": [1, 0, 1, 0, 1, 1], "p": 2}),
@@ -76,22 +83,35 @@ def model(op, opset, x, attrs):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    elem = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
-            "bfloat16": TensorProto.BFLOAT16, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}[str(x.dtype)]
+    elem = {
+        "float32": TensorProto.FLOAT,
+        "float64": TensorProto.DOUBLE,
+        "float16": TensorProto.FLOAT16,
+        "bfloat16": TensorProto.BFLOAT16,
+        "uint8": TensorProto.UINT8,
+        "int8": TensorProto.INT8,
+    }[str(x.dtype)]
     inits, inputs, domain, opsets = [], ["X"], "", []
     if op == "QLinearAveragePool":
         xs, xz, ys, yz = opset
         qdt = x.dtype
-        inits = [numpy_helper.from_array(np.array(xs, np.float32), "xs"),
-                 numpy_helper.from_array(np.array(xz, qdt), "xz"),
-                 numpy_helper.from_array(np.array(ys, np.float32), "ys"),
-                 numpy_helper.from_array(np.array(yz, qdt), "yz")]
+        inits = [
+            numpy_helper.from_array(np.array(xs, np.float32), "xs"),
+            numpy_helper.from_array(np.array(xz, qdt), "xz"),
+            numpy_helper.from_array(np.array(ys, np.float32), "ys"),
+            numpy_helper.from_array(np.array(yz, qdt), "yz"),
+        ]
         inputs = ["X", "xs", "xz", "ys", "yz"]
         domain, opset = "com.microsoft", 19
         opsets = [helper.make_opsetid("com.microsoft", 1)]
     node = helper.make_node(op, inputs, ["Y"], domain=domain, **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", elem, list(x.shape))],
-                              [helper.make_tensor_value_info("Y", elem, None)], initializer=inits)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", elem, list(x.shape))],
+        [helper.make_tensor_value_info("Y", elem, None)],
+        initializer=inits,
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)] + opsets)
     m.ir_version = min(onnx.IR_VERSION, 10)
     return m.SerializeToString()
@@ -100,6 +120,7 @@ def model(op, opset, x, attrs):
 def run(path):
     import numpy as np
     import onnxruntime as ort
+
     import onnx_pools
 
     digests, not_ran = {}, []

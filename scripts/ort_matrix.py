@@ -17,6 +17,7 @@ cmake/OrtHeaders.cmake; `found`: whatever the build finds), and runs every versi
 
 Logs, results.json and table.md go to --out (default build/ort-matrix). Exit status 1 when any version failed.
 """
+
 import argparse
 import hashlib
 import json
@@ -35,8 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 OLDEST = (1, 21)
 PACKAGE = "onnxruntime"
 # variables that would point the tests at something other than the installed wheel, or re-enter slow checks
-SCRUB_ENV = ("PYTHONPATH", "ONNX_POOLS_LIBRARY", "ONNX_POOLS_ISA", "ONNX_POOLS_WHEEL_CHECK", "ONNX_POOLS_ORT_MATRIX",
-             "PYTHONHOME", "VIRTUAL_ENV")
+SCRUB_ENV = (
+    "PYTHONPATH",
+    "ONNX_POOLS_LIBRARY",
+    "ONNX_POOLS_ISA",
+    "ONNX_POOLS_WHEEL_CHECK",
+    "ONNX_POOLS_ORT_MATRIX",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+)
 
 
 # pytest plugin for the re-run after a crash: every test in a forked child, so a test that kills its process is
@@ -95,8 +103,11 @@ def available_versions(python):
     r = subprocess.run([python, "-m", "pip", "index", "versions", PACKAGE], capture_output=True, text=True)
     m = re.search(r"Available versions:\s*(.+)", r.stdout)
     if not m:  # fallback: pip's "from versions: ..." in the error for a version that cannot exist
-        r = subprocess.run([python, "-m", "pip", "download", "--no-deps", "-d", tempfile.gettempdir(),
-                            f"{PACKAGE}==0.0.0.0"], capture_output=True, text=True)
+        r = subprocess.run(
+            [python, "-m", "pip", "download", "--no-deps", "-d", tempfile.gettempdir(), f"{PACKAGE}==0.0.0.0"],
+            capture_output=True,
+            text=True,
+        )
         m = re.search(r"from versions:\s*([^)]+)\)", r.stderr)
     if not m:
         sys.exit(f"ort-matrix: cannot list {PACKAGE} versions:\n{r.stdout}{r.stderr}")
@@ -155,18 +166,25 @@ def counts(junit):
         if bad is not None:
             failed.append(f"{c.get('classname')}::{c.get('name')}")
             crashed += "CRASHED" in (bad.get("message") or "") + (bad.text or "")
-    return dict(passed=total - failures - errors - skipped, failed=failures + errors, skipped=skipped,
-                crashed=crashed, failed_tests=failed)
+    return dict(
+        passed=total - failures - errors - skipped,
+        failed=failures + errors,
+        skipped=skipped,
+        crashed=crashed,
+        failed_tests=failed,
+    )
 
 
 def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
-    row = dict(headers=headers, version=version, result="FAIL", passed=0, failed=0, crashed=0, skipped=0, seconds=0.0,
-               note="")
+    row = dict(
+        headers=headers, version=version, result="FAIL", passed=0, failed=0, crashed=0, skipped=0, seconds=0.0, note=""
+    )
     logf = out / (f"ort-{version}.log" if headers == "found" else f"headers-{headers}-ort-{version}.log")
     env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
     venv = Path(tempfile.mkdtemp(prefix=f"ort-{version}-", dir=args.work))
     t0 = time.monotonic()
     with open(logf, "w") as lf:
+
         def sh(cmd, **kw):
             lf.write(f"$ {' '.join(map(str, cmd))}\n")
             lf.flush()
@@ -177,12 +195,24 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
             if sh([args.python, "-m", "venv", venv]).returncode:
                 row["note"] = "venv creation failed"
                 return row
-            if sh([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{PACKAGE}=={version}",
-                   f"{wheel}[test]"]).returncode:
+            if sh(
+                [
+                    py,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    f"{PACKAGE}=={version}",
+                    f"{wheel}[test]",
+                ]
+            ).returncode:
                 row["note"] = "install failed (see log)"
                 return row
-            probe = ("import hashlib, onnxruntime, onnx_pools; p = onnx_pools.get_library_path(); "
-                     "print(onnxruntime.__version__, hashlib.sha256(open(p, 'rb').read()).hexdigest(), p)")
+            probe = (
+                "import hashlib, onnxruntime, onnx_pools; p = onnx_pools.get_library_path(); "
+                "print(onnxruntime.__version__, hashlib.sha256(open(p, 'rb').read()).hexdigest(), p)"
+            )
             r = subprocess.run([py, "-c", probe], capture_output=True, text=True, env=env, cwd=suite)
             lf.write(r.stdout + r.stderr)
             got = r.stdout.split()
@@ -190,7 +220,17 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
                 row["note"] = f"wrong onnxruntime or library in the venv: {r.stdout.strip()} {r.stderr.strip()[-300:]}"
                 return row
             junit = venv / "junit.xml"
-            cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests", *args.pytest_args]
+            cmd = [
+                py,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={junit}",
+                "tests",
+                *args.pytest_args,
+            ]
             r = sh(cmd, cwd=suite)
             if r.returncode < 0 or not junit.exists():  # the process died: again, one forked child per test
                 lf.write(f"\n*** pytest died ({r.returncode}); re-running with every test in its own process ***\n")
@@ -213,32 +253,41 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
 
 def table(rows):
     with_headers = any(r["headers"] != "found" for r in rows)
-    lines = [("| headers " if with_headers else "") +
-             "| onnxruntime | result | passed | failed | of which crashed | skipped / xfailed | time (s) |",
-             ("|---" if with_headers else "") + "|---|---|---|---|---|---|---|"]
+    lines = [
+        ("| headers " if with_headers else "")
+        + "| onnxruntime | result | passed | failed | of which crashed | skipped / xfailed | time (s) |",
+        ("|---" if with_headers else "") + "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         result = r["result"] if not r["note"] or r["crashed"] else f"{r['result']} ({r['note']})"
-        lines.append((f"| {r['headers']} " if with_headers else "") +
-                     f"| {r['version']} | {result} | {r['passed']} | {r['failed']} | {r['crashed']} | "
-                     f"{r['skipped']} | {r['seconds']:.0f} |")
+        lines.append(
+            (f"| {r['headers']} " if with_headers else "")
+            + f"| {r['version']} | {result} | {r['passed']} | {r['failed']} | {r['crashed']} | "
+            f"{r['skipped']} | {r['seconds']:.0f} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("versions", nargs="*", help="minors (1.21) or exact versions (1.21.1); default: every minor >= 1.21")
+    ap.add_argument(
+        "versions", nargs="*", help="minors (1.21) or exact versions (1.21.1); default: every minor >= 1.21"
+    )
     ap.add_argument("--wheel", type=Path, help="use this built wheel instead of building one")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "ort-matrix", help="logs, results.json, table.md")
     ap.add_argument("--python", default=os.environ.get("PYTHON", sys.executable), help="interpreter for the venvs")
     ap.add_argument("--keep", action="store_true", help="keep the venvs and the suite copy")
     ap.add_argument("--tests", type=Path, default=ROOT / "tests", help="the tests folder to copy (default: tests/)")
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
-    ap.add_argument("--headers", default="found",
-                    help="comma-separated ONNX Runtime header versions to build against, one wheel each: 1.21, 1.23 "
-                         "(pinned Debian libonnxruntime-dev) or found (what the build finds; the default)")
+    ap.add_argument(
+        "--headers",
+        default="found",
+        help="comma-separated ONNX Runtime header versions to build against, one wheel each: 1.21, 1.23 "
+        "(pinned Debian libonnxruntime-dev) or found (what the build finds; the default)",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
-    pytest_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     args.pytest_args = pytest_args
 
     versions = select(args.versions, available_versions(args.python))
@@ -258,18 +307,26 @@ def main(argv=None):
         (suite / "_ort_matrix_forked.py").write_text(FORK_PLUGIN)
         rows, wheels = [], []
         for headers in header_choices:
-            wheel = (args.wheel.resolve() if args.wheel
-                     else build_wheel(args.python, Path(args.work) / f"wheel-{headers}", headers))
+            wheel = (
+                args.wheel.resolve()
+                if args.wheel
+                else build_wheel(args.python, Path(args.work) / f"wheel-{headers}", headers)
+            )
             lib_sha = wheel_library_sha(wheel)
             wheels.append(dict(headers=headers, wheel=wheel.name, library_sha256=lib_sha))
-            log(f"headers {headers}: wheel {wheel.name}, libonnx_pools.so sha256 {lib_sha[:16]}...; "
-                f"versions: {', '.join(versions)}")
+            log(
+                f"headers {headers}: wheel {wheel.name}, libonnx_pools.so sha256 {lib_sha[:16]}...; "
+                f"versions: {', '.join(versions)}"
+            )
             for v in versions:
                 log(f"headers {headers}, onnxruntime {v} ...")
                 row = run_version(v, args, wheel, lib_sha, suite, args.out, headers)
                 rows.append(row)
-                log(f"headers {headers}, onnxruntime {v}: {row['result']} passed={row['passed']} failed={row['failed']} "
-                    f"(crashed={row['crashed']}) skipped={row['skipped']} {row['seconds']:.0f}s {row['note']}")
+                log(
+                    f"headers {headers}, onnxruntime {v}: {row['result']} "
+                    f"passed={row['passed']} failed={row['failed']} "
+                    f"(crashed={row['crashed']}) skipped={row['skipped']} {row['seconds']:.0f}s {row['note']}"
+                )
                 for t in row.get("failed_tests", [])[:20]:
                     log(f"    failed: {t}")
     finally:
@@ -280,8 +337,11 @@ def main(argv=None):
     total = time.monotonic() - t_start
     md = table(rows)
     (args.out / "table.md").write_text(md + "\n")
-    (args.out / "results.json").write_text(json.dumps(dict(wheels=wheels, python=sys.version.split()[0],
-                                                           total_seconds=round(total, 1), rows=rows), indent=1))
+    (args.out / "results.json").write_text(
+        json.dumps(
+            dict(wheels=wheels, python=sys.version.split()[0], total_seconds=round(total, 1), rows=rows), indent=1
+        )
+    )
     print(md)
     print(f"\ntotal {total:.0f} s; logs in {args.out}")
     return 0 if all(r["result"] == "pass" for r in rows) else 1

@@ -2,6 +2,7 @@
 `onnx_pools.ops` config entry), runs two bundled models, checks them against stock ORT and reads the library's call
 counters. Built here against the libonnxruntime.so.* of the onnxruntime wheel this Python has, and run.
 Skipped with the reason when there is no C++ compiler, no cmake, or no source checkout (examples/ is not installed)."""
+
 import os
 import shutil
 import subprocess
@@ -39,20 +40,26 @@ def test_cpp_example_builds_and_runs(tmp_path):
         pytest.skip("sanitizer build of the library: the example is checked against the release build")
     build = tmp_path / "build"
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    r = subprocess.run([cmake, "-S", str(EXAMPLE), "-B", str(build), f"-DPYTHON={sys.executable}",
-                        "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [cmake, "-S", str(EXAMPLE), "-B", str(build), f"-DPYTHON={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if r.returncode != 0 and "cannot fetch the ONNX Runtime headers" in r.stderr:
         pytest.skip("no ONNX Runtime headers (offline, no apt mirror): " + r.stderr.strip().splitlines()[0])
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([cmake, "--build", str(build), "-j1"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([str(build / "onnx_pools_example"), library, str(MODELS)], capture_output=True, text=True,
-                       env=env, timeout=120)
+    r = subprocess.run(
+        [str(build / "onnx_pools_example"), library, str(MODELS)], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     import onnxruntime
 
     assert f"onnxruntime {onnxruntime.__version__}" in r.stdout, r.stdout  # the wheel's libonnxruntime, not another
     for model, op in (("cnn_gap_f32.onnx", "GlobalAveragePool"), ("cnn_lppool2d_f32.onnx", "LpPool")):
-        line = next(l for l in r.stdout.splitlines() if l.startswith(model))
+        line = next(text for text in r.stdout.splitlines() if text.startswith(model))
         assert f"library {op} kernel runs 1," in line and line.endswith(": ok"), r.stdout
     assert r.stdout.rstrip().endswith("all ok"), r.stdout

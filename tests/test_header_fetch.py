@@ -1,6 +1,7 @@
 """cmake/fetch_ort_headers.sh without a network: how it finds apt mirrors (deb822 and one-line sources, Debian and
 Ubuntu URIs) and that every failure says how to point the build at headers instead (ONNXRUNTIME_INCLUDE_DIR).
 The real download and its sha256 checks run in every build (and scripts/ort_matrix.py --headers 1.21,1.23)."""
+
 import os
 import shutil
 import subprocess
@@ -9,14 +10,17 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "cmake" / "fetch_ort_headers.sh"
-pytestmark = pytest.mark.skipif(not SCRIPT.exists() or shutil.which("bash") is None,
-                                reason="cmake/fetch_ort_headers.sh ships with the source checkout only")
+pytestmark = pytest.mark.skipif(
+    not SCRIPT.exists() or shutil.which("bash") is None,
+    reason="cmake/fetch_ort_headers.sh ships with the source checkout only",
+)
 
 
 def fetch(tmp_path, apt_etc, *args):
     env = dict(os.environ, ONNX_POOLS_APT_ETC=str(apt_etc))
-    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "dest"), *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(tmp_path / "dest"), *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_no_mirror_names_the_variable(tmp_path):
@@ -38,7 +42,8 @@ def test_mirrors_from_both_source_formats_are_tried(tmp_path):
     (etc / "sources.list.d").mkdir(parents=True)
     (etc / "sources.list").write_text("# comment\ndeb [arch=amd64] http://127.0.0.1:9/ubuntu noble main universe\n")
     (etc / "sources.list.d" / "debian.sources").write_text(
-        "Types: deb\nURIs: http://127.0.0.1:9/debian\nSuites: trixie\nComponents: main\n")
+        "Types: deb\nURIs: http://127.0.0.1:9/debian\nSuites: trixie\nComponents: main\n"
+    )
     r = fetch(tmp_path, etc, "1.23")
     assert r.returncode == 1, r.stderr
     assert "libonnxruntime-dev_1.23.2+dfsg-6.1_" in r.stderr, r.stderr

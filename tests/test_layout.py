@@ -2,7 +2,6 @@
 session_options(model=...): the library's node would make ORT convert the pool's whole input back to NCHW first.
 ort_layout=False (and an explicit `ops`) keeps the library's kernels everywhere."""
 
-import os
 import platform
 
 import numpy as np
@@ -17,8 +16,11 @@ import onnx_pools
 def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.1, "w")
-    nodes = [helper.make_node("Conv", ["X", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node(head, ["r" if fed_by_conv else "X"], ["Y"])]
+    nodes = [
+        helper.make_node("Conv", ["X", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node(head, ["r" if fed_by_conv else "X"], ["Y"]),
+    ]
     inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 12, 12])]
     outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
     if extra_bf16_pool:  # a second node of the op that ORT cannot run: the library must keep the op

@@ -11,6 +11,7 @@ Slow, opt-in (they build the wheel and create venvs; they need the source checko
 * ONNX_POOLS_ORT_MATRIX=1: scripts/ort_matrix.py for the oldest and the newest supported onnxruntime minors
   (ONNX_POOLS_ORT_MATRIX=all: every minor).
 """
+
 import importlib.metadata
 import os
 import re
@@ -43,11 +44,11 @@ def elf_dynamic(path):
     assert data[:4] == b"\x7fELF", f"{path}: not an ELF file"
     is64, end = data[4] == 2, "<" if data[5] == 1 else ">"
     if is64:
-        shoff, = struct.unpack_from(end + "Q", data, 0x28)
+        (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
         shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
         sec_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
     else:
-        shoff, = struct.unpack_from(end + "I", data, 0x20)
+        (shoff,) = struct.unpack_from(end + "I", data, 0x20)
         shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
         sec_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
     sections = [struct.unpack_from(sec_fmt, data, shoff + i * shentsize) for i in range(shnum)]
@@ -58,7 +59,7 @@ def elf_dynamic(path):
         str_off = sections[link][4]
 
         def string(i):
-            return data[str_off + i:data.index(b"\0", str_off + i)].decode()
+            return data[str_off + i : data.index(b"\0", str_off + i)].decode()
 
         for pos in range(offset, offset + size, entsize):
             tag, val = struct.unpack_from(dyn_fmt, data, pos)
@@ -179,7 +180,9 @@ EPILOGUE = textwrap.dedent("""
     assert not {m.split(".")[0] for m in sys.modules} & HIDE
     print("ok")
 """)
-GAP_CHILD = PRELUDE + textwrap.dedent("""
+GAP_CHILD = (
+    PRELUDE
+    + textwrap.dedent("""
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
     for kwargs in eval(sys.argv[2]):
         so = onnx_pools.session_options(**kwargs)
@@ -188,25 +191,38 @@ GAP_CHILD = PRELUDE + textwrap.dedent("""
         assert np.allclose(y, x.mean(axis=(2, 3), keepdims=True)), (kwargs, y)
         assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1, (kwargs, onnx_pools.call_counts())
     assert onnx_pools.active_isa() and onnx_pools.OPS
-""") + EPILOGUE
-QLINEAR_CHILD = PRELUDE + textwrap.dedent("""
+""")
+    + EPILOGUE
+)
+QLINEAR_CHILD = (
+    PRELUDE
+    + textwrap.dedent("""
     x = np.arange(2 * 3 * 4 * 4, dtype=np.uint8).reshape(2, 3, 4, 4)
     for src in (sys.argv[1], open(sys.argv[1], "rb").read()):  # a path, then bytes
         so = onnx_pools.session_options(model=src)  # the model imports com.microsoft: QLinearAveragePool is taken
         before = onnx_pools.call_counts()["QLinearAveragePool"]
         ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"]).run(None, {"X": x})
         assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1, onnx_pools.call_counts()
-""") + EPILOGUE
+""")
+    + EPILOGUE
+)
 
 
 def _child(tmp_path, code, model, *args):
     path = tmp_path / "model.onnx"
     path.write_bytes(model.SerializeToString())
     env = {k: v for k, v in os.environ.items() if k != "ONNX_POOLS_ISA"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(onnx_pools.__file__).resolve().parent.parent),
-                                                      env.get("PYTHONPATH")]))
-    r = subprocess.run([sys.executable, "-c", code, str(path), *args], capture_output=True, text=True, cwd=tmp_path,
-                       env=env, timeout=120)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(onnx_pools.__file__).resolve().parent.parent), env.get("PYTHONPATH")])
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(path), *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
@@ -222,13 +238,25 @@ def test_loader_runs_with_only_onnxruntime_and_numpy(tmp_path):
 def _qlinear_model():
     """com.microsoft.QLinearAveragePool with all five inputs (an omitted optional input crashes ORT < 1.24: see
     test_extensions.py and the ORT compatibility notes)."""
-    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [0.5]), helper.make_tensor("xz", TensorProto.UINT8, [], [2]),
-             helper.make_tensor("ys", TensorProto.FLOAT, [], [0.25]), helper.make_tensor("yz", TensorProto.UINT8, [], [1])]
-    node = helper.make_node("QLinearAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain="com.microsoft",
-                            kernel_shape=[2, 2])
-    graph = helper.make_graph([node], "q", [helper.make_tensor_value_info("X", TensorProto.UINT8, [2, 3, 4, 4])],
-                              [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    inits = [
+        helper.make_tensor("xs", TensorProto.FLOAT, [], [0.5]),
+        helper.make_tensor("xz", TensorProto.UINT8, [], [2]),
+        helper.make_tensor("ys", TensorProto.FLOAT, [], [0.25]),
+        helper.make_tensor("yz", TensorProto.UINT8, [], [1]),
+    ]
+    node = helper.make_node(
+        "QLinearAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain="com.microsoft", kernel_shape=[2, 2]
+    )
+    graph = helper.make_graph(
+        [node],
+        "q",
+        [helper.make_tensor_value_info("X", TensorProto.UINT8, [2, 3, 4, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = IR_VERSION
     return model
 
@@ -248,15 +276,24 @@ def _needs_checkout(script):
 
 
 def _scrubbed_env():
-    return {k: v for k, v in os.environ.items()
-            if k not in ("ONNX_POOLS_WHEEL_CHECK", "ONNX_POOLS_ORT_MATRIX", "PYTHONPATH", "ONNX_POOLS_LIBRARY")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ONNX_POOLS_WHEEL_CHECK", "ONNX_POOLS_ORT_MATRIX", "PYTHONPATH", "ONNX_POOLS_LIBRARY")
+    }
 
 
 @pytest.mark.skipif(not os.environ.get("ONNX_POOLS_WHEEL_CHECK"), reason="slow: set ONNX_POOLS_WHEEL_CHECK=1")
 def test_wheel_check_script():
     root = _needs_checkout("scripts/wheel_check.sh")
-    r = subprocess.run(["bash", str(root / "scripts" / "wheel_check.sh")], cwd=root, env=_scrubbed_env(),
-                       capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        ["bash", str(root / "scripts" / "wheel_check.sh")],
+        cwd=root,
+        env=_scrubbed_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert "wheel check: OK" in r.stdout
 
@@ -265,13 +302,20 @@ def test_wheel_check_script():
 def test_ort_matrix(tmp_path):
     root = _needs_checkout("scripts/ort_matrix.py")
     script = str(root / "scripts" / "ort_matrix.py")
-    versions = subprocess.run([sys.executable, script, "--list"], capture_output=True, text=True, check=True,
-                              timeout=300).stdout.split()
+    versions = subprocess.run(
+        [sys.executable, script, "--list"], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()
     assert versions and versions[0].startswith("1.21."), versions
     if os.environ["ONNX_POOLS_ORT_MATRIX"] != "all":
         versions = sorted({versions[0], versions[-1]})
-    r = subprocess.run([sys.executable, script, "--out", str(tmp_path), *versions], cwd=root, env=_scrubbed_env(),
-                       capture_output=True, text=True, timeout=600 * len(versions))
+    r = subprocess.run(
+        [sys.executable, script, "--out", str(tmp_path), *versions],
+        cwd=root,
+        env=_scrubbed_env(),
+        capture_output=True,
+        text=True,
+        timeout=600 * len(versions),
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     for v in versions:
         assert re.search(rf"^\| {re.escape(v)} \| pass \| [1-9]\d* \| 0 \|", r.stdout, re.M), r.stdout

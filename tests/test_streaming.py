@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import onnxruntime as ort
 import pytest
+
+import onnx_pools
 import reference as R
 import reference_qlinear as RQ
 from conftest import make_model, make_session, run_session
 from test_properties import check_qlinear, qlinear_model
-
-import onnx_pools
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 STRIP = 4096  # output columns per strip in the library (windows.h kStripColumns)
@@ -35,14 +35,21 @@ def window_sums(v, kernel, strides, dilations, pads_begin, out):
         padded = np.pad(v, widths)
         idx = np.arange(o)[:, None] * st + np.arange(k)[None, :] * d  # [out, k] padded positions
         v = np.take(padded, idx.reshape(-1), axis=axis)
-        v = v.reshape(v.shape[:axis] + (o, k) + v.shape[axis + 1:]).sum(axis=axis + 1)
+        v = v.reshape(v.shape[:axis] + (o, k) + v.shape[axis + 1 :]).sum(axis=axis + 1)
     return v
 
 
 def _geometry(shape, attrs):
     n = len(attrs["kernel_shape"])
-    out, pb, _ = R.pool_geometry(list(shape[2:]), attrs["kernel_shape"], attrs.get("strides"), attrs.get("pads"),
-                                 attrs.get("dilations"), "NOTSET", attrs.get("ceil_mode", 0))
+    out, pb, _ = R.pool_geometry(
+        list(shape[2:]),
+        attrs["kernel_shape"],
+        attrs.get("strides"),
+        attrs.get("pads"),
+        attrs.get("dilations"),
+        "NOTSET",
+        attrs.get("ceil_mode", 0),
+    )
     return (attrs["kernel_shape"], attrs.get("strides") or [1] * n, attrs.get("dilations") or [1] * n, pb, out)
 
 
@@ -88,9 +95,20 @@ def test_fast_references_agree():
         x = rng.integers(0, 256, small).astype(np.uint8)
         for cip in (0, 1):
             y, pre = qlinear_fast(x, 0.02, 128, 0.02, 128, attrs, cip)
-            y_ref, pre_ref = RQ.qlinear_average_pool(x, 0.02, 128, 0.02, 128, attrs["kernel_shape"],
-                                                     attrs.get("strides"), attrs.get("pads"), "NOTSET", 0, cip,
-                                                     attrs.get("channels_last", 0))
+            y_ref, pre_ref = RQ.qlinear_average_pool(
+                x,
+                0.02,
+                128,
+                0.02,
+                128,
+                attrs["kernel_shape"],
+                attrs.get("strides"),
+                attrs.get("pads"),
+                "NOTSET",
+                0,
+                cip,
+                attrs.get("channels_last", 0),
+            )
             np.testing.assert_allclose(pre, pre_ref, rtol=0, atol=1e-9)
             np.testing.assert_array_equal(y[~RQ.near_tie(pre_ref, 1e-9)], y_ref[~RQ.near_tie(pre_ref, 1e-9)])
 
@@ -219,11 +237,16 @@ def test_streaming_on_every_isa(isa):
     """The same checks with the instruction set forced (ONNX_POOLS_ISA is read when the library loads)."""
     env = dict(os.environ, ONNX_POOLS_ISA=isa)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    script = ("import onnx_pools, test_streaming as t\n"
-              f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
-              "for check in t.CHECKS: check()\n"
-              "print('STREAMING-OK')\n")
-    r = subprocess.run([sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True,
-                       timeout=600)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    script = (
+        "import onnx_pools, test_streaming as t\n"
+        f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
+        "for check in t.CHECKS: check()\n"
+        "print('STREAMING-OK')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0 and "STREAMING-OK" in r.stdout, f"{isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
