@@ -56,7 +56,9 @@ x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), 
 def test_conv_fed_global_pool_left_to_ort_layout(head, tmp_path):
     model = conv_model(head)
     stock_y, _, stock_ops = run(model, ort.SessionOptions(), tmp_path)
-    assert f"com.microsoft.nchwc.{head}" in stock_ops  # what ORT does without the library
+    # where this onnxruntime takes the pool into its blocked layout (1.32 does; 1.21 leaves this small model in
+    # NCHW), the default keeps that: the same optimised graph as stock either way
+    blocked = f"com.microsoft.nchwc.{head}" in stock_ops
     y, moved, ops = run(model, onnx_pools.session_options(model=model), tmp_path)
     assert moved[head] == 0 and ops == stock_ops, ops
     np.testing.assert_array_equal(y, stock_y)
@@ -64,6 +66,8 @@ def test_conv_fed_global_pool_left_to_ort_layout(head, tmp_path):
     y, moved, ops = run(model, onnx_pools.session_options(model=model, ort_layout=False), tmp_path)
     assert moved[head] == 1 and f"com.microsoft.nchwc.{head}" not in ops
     np.testing.assert_allclose(y, stock_y, rtol=1e-5, atol=1e-6)
+    if tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 32):
+        assert blocked, f"onnxruntime {ort.__version__} no longer takes {head} into its NCHWc layout: {stock_ops}"
     y, moved, _ = run(model, onnx_pools.session_options(model=model, ops=[head]), tmp_path)
     assert moved[head] == 1  # an explicit op list also forces
 
