@@ -41,16 +41,6 @@ void with_power(const LpNorm& lp, Fn&& fn) {
   }
 }
 
-inline double lp_root(double sum, const LpNorm& lp) {
-  switch (lp.integer_p) {
-    case 1: return sum;
-    case 2: return std::sqrt(sum);
-    case 3: return std::cbrt(sum);
-    case 4: return std::sqrt(std::sqrt(sum));
-    default: return std::pow(sum, 1.0 / lp.p);
-  }
-}
-
 // The root matching a power functor: the inverse of |x|^p, vectorisable for whole p up to 4.
 template <class A>
 inline A root_for(IntegerPower<1>, A sum) {
@@ -89,6 +79,13 @@ inline A root_for(IntegerPower<3>, A sum) {
 template <class A>
 inline A root_for(const RealPower& power, A sum) {
   return static_cast<A>(std::pow(static_cast<double>(sum), 1.0 / power.p));
+}
+
+// The root of a double sum of |x|^p.
+inline double lp_root(double sum, const LpNorm& lp) {
+  double root = 0;
+  with_power(lp, [&](auto power) { root = root_for(power, sum); });
+  return root;
 }
 
 // A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;

@@ -3,23 +3,34 @@
 // so everything here is compiled once per instruction set with that file's flags.
 #pragma once
 
-// Roots of n window sums in place, vectorised for whole p up to 4 (one root function for every Lp path).
+// Roots of n window sums in place, the root matching lp's power (root_for).
 template <class A>
 void roots_in_place(A* v, int64_t n, const LpNorm& lp) {
-  switch (lp.integer_p) {
-    case 1: return;
-    case 2:
-      for (int64_t i = 0; i < n; ++i) v[i] = std::sqrt(v[i]);
-      return;
-    case 3:
-      for (int64_t i = 0; i < n; ++i) v[i] = cube_root(v[i]);
-      return;
-    case 4:
-      for (int64_t i = 0; i < n; ++i) v[i] = std::sqrt(std::sqrt(v[i]));
-      return;
-    default:
-      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<A>(lp_root(v[i], lp));
-  }
+  with_power(lp, [&](auto power) {
+    for (int64_t i = 0; i < n; ++i) v[i] = root_for(power, v[i]);
+  });
+}
+
+// The scaled double form of window i of plane xp: for windows the fast sums cannot be trusted with.
+template <class T>
+AccOf<T> exact_window(const T* xp, const PoolGeometry& g, int64_t i, int64_t* index, const LpNorm& lp) {
+  using A = AccOf<T>;
+  return static_cast<A>(lp_scaled(
+      [&](auto&& f) {
+        visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
+      },
+      lp));
+}
+
+// A probe of the plane's first elements: if their powers already underflow or overflow, the exponent e that
+// normalises the plane's largest magnitude (the plane is then scaled by 2^e from the start), else 0.
+template <class T>
+int probe_exponent(const T* xp, int64_t size, AccOf<T>* buffer, const LpNorm& lp) {
+  const int64_t n = min_of(kBlock, size);
+  const AccOf<T>* probe = acc_view(xp, buffer, n);
+  double probe_sum = 0;
+  with_power(lp, [&](auto power) { probe_sum = power_sum_block(probe, n, power); });
+  return lp_sum_trusted<AccOf<T>>(probe_sum) ? 0 : normalising_exponent(largest_magnitude(xp, size));
 }
 
 // 1-D and 2-D planes: streamed an output row at a time (scratch of a few rows, not of a plane). Each input row's
@@ -44,21 +55,8 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * g.in_size;
     T* yp = y + plane * g.out_size;
-    auto exact = [&](int64_t i) {
-      return static_cast<A>(lp_scaled(
-          [&](auto&& f) {
-            visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
-          },
-          lp));
-    };
-    int e = 0;
-    {  // a probe of the plane's first elements: if their powers already underflow or overflow, scale from the start
-      const int64_t n = min_of(kBlock, g.in_size);
-      const A* probe = acc_view(xp, probe_buffer, n);
-      double probe_sum = 0;
-      with_power(lp, [&](auto power) { probe_sum = power_sum_block(probe, n, power); });
-      if (!lp_sum_trusted<A>(probe_sum)) e = normalising_exponent(largest_magnitude(xp, g.in_size));
-    }
+    auto exact = [&](int64_t i) { return exact_window(xp, g, i, index, lp); };
+    int e = probe_exponent(xp, g.in_size, probe_buffer, lp);
     for (int attempt = 0;; ++attempt) {
       const PowerOfTwo<A> up(e), down(-e);
       int64_t untrusted = 0;
@@ -138,13 +136,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     const T* xp = x + p * g.in_size;
     T* yp = y + p * g.out_size;
     // The scaled double form of one window: for windows the fast sums cannot be trusted with (or all of them).
-    auto exact = [&](int64_t i) {
-      return static_cast<A>(lp_scaled(
-          [&](auto&& f) {
-            visit_window(g, i, index, [&](int64_t offset) { f(static_cast<double>(to_acc<A>(xp[offset]))); });
-          },
-          lp));
-    };
+    auto exact = [&](int64_t i) { return exact_window(xp, g, i, index, lp); };
     if (all_exact) {
       for (int64_t i = 0; i < g.out_size; ++i) buf_a[i] = exact(i);
       store_block(static_cast<const A*>(buf_a), yp, g.out_size);
@@ -153,14 +145,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     // The plane is multiplied by 2^e (exact) before the powers and the roots by 2^-e after: e = 0 first, and when
     // many windows come out untrusted (subnormal or huge inputs), once more with e normalising the plane's largest
     // magnitude, so such planes stay on the fast path.
-    int e = 0;
-    {  // a probe of the plane's first elements: if their powers already underflow or overflow, scale from the start
-      const int64_t n = min_of(kBlock, g.in_size);
-      const A* probe = acc_view(xp, buf_a, n);
-      double probe_sum = 0;
-      with_power(lp, [&](auto power) { probe_sum = power_sum_block(probe, n, power); });
-      if (!lp_sum_trusted<A>(probe_sum)) e = normalising_exponent(largest_magnitude(xp, g.in_size));
-    }
+    int e = probe_exponent(xp, g.in_size, buf_a, lp);
     A* sums;
     int64_t untrusted;
     for (int attempt = 0;; ++attempt) {

@@ -205,6 +205,12 @@ void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const P
   }
 }
 
+// Whether qlinear_pool takes the summed-area path: NCHW 2-D planes with short output rows and no dilation.
+inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
+  return channels == 1 && g.axes.size() == 2 && g.axes[1].out < kDirectColumns && g.axes[0].dilation == 1 &&
+         g.axes[1].dilation == 1;
+}
+
 // I: integer type of the window sums; requantisation is in double.
 template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
@@ -217,8 +223,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
   // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that the
   // requantisation below still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
-  const bool direct =
-      channels == 1 && rank == 2 && out_last < kDirectColumns && g.axes[0].dilation == 1 && last.dilation == 1;
+  const bool direct = summed_area_planes(g, channels);
   const int64_t widened = channels == 1 && !direct ? g.in_size : 0;
   const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, 4096 / g.out_size)) : 1;
   const int64_t direct_sums = direct ? step_units * g.out_size + (last.in + 1) + (g.axes[0].in + 1) * out_last : 0;
@@ -341,24 +346,23 @@ constexpr int64_t kWholePlaneLimit = 1 << 16;
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
-  const size_t rank = g.axes.size();
-  const bool small_planes = channels == 1 && rank == 2 && g.axes[1].out < kDirectColumns && g.axes[0].dilation == 1 &&
-                            g.axes[1].dilation == 1;  // qlinear_pool's summed-area path
   // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
-  // scratch bounded by kWholePlaneLimit); larger planes and NHWC images are streamed.
-  const bool whole_plane = channels == 1 && g.in_size <= kWholePlaneLimit;
-  if (rank <= 2 && !small_planes && !whole_plane) {
-    if (g.kernel_size <= (1 << 23)) {
-      qlinear_streamed<Q, int32_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+  // scratch bounded by kWholePlaneLimit), small ones its summed-area path; larger planes and NHWC images are
+  // streamed.
+  const bool streamed =
+      g.axes.size() <= 2 && !summed_area_planes(g, channels) && !(channels == 1 && g.in_size <= kWholePlaneLimit);
+  auto run = [&](auto sum_type) {  // the integer type of the window sums
+    using I = decltype(sum_type);
+    if (streamed) {
+      qlinear_streamed<Q, I>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
     } else {
-      qlinear_streamed<Q, int64_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+      qlinear_pool<Q, I>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
     }
-    return;
-  }
+  };
   if (g.kernel_size <= (1 << 23)) {
-    qlinear_pool<Q, int32_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    run(int32_t{});
   } else {
-    qlinear_pool<Q, int64_t>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+    run(int64_t{});
   }
 }
 
