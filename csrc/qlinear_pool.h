@@ -47,6 +47,34 @@ inline Q to_quantized(double clamped) {
   return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
 }
 
+// Whether any of n marks is set, eight bytes at a time (a library call per window costs more than the test).
+inline bool any_marked(const uint8_t* mark, int64_t n) {
+  uint64_t any = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, mark + i, sizeof word);
+    any |= word;
+  }
+  for (; i < n; ++i) any |= mark[i];
+  return any != 0;
+}
+
+// Calls f(i) for each i < n with mark[i] != 0, skipping unmarked stretches 32 bytes at a time.
+template <class F>
+void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    if (!any_marked(mark + i, 32)) continue;
+    for (int64_t k = 0; k < 32; ++k) {
+      if (mark[i + k]) f(i + k);
+    }
+  }
+  for (; i < n; ++i) {
+    if (mark[i]) f(i);
+  }
+}
+
 // Elements in bounds of a window of output row `row` (all axes but the last), as a product over those axes.
 inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
   int64_t valid = 1;
@@ -80,12 +108,92 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
   return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
 }
 
+// Outputs of the marked elements of output row oh, columns [begin, begin + n) with `channels` interleaved,
+// evaluated as ort_float_value_2d does but vectorised: across the channels of a window (NHWC), or across the row
+// (one plane): with equal scales whole edge rows land on ties, and one window at a time would cost several times
+// the row's fast path. Each value adds the same terms in the same order as ort_float_value_2d. acc: scratch for
+// max(channels, n) floats.
+template <class Q>
+void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t begin, int64_t n,
+                        const QLinearParams& q, int64_t kernel_size, const uint8_t* mark, Q* y, float* acc) {
+  int64_t r_lo, r_hi;
+  p.rows.valid_range(oh, r_lo, r_hi);
+  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin;
+  const float x_scale = q.x_scale, y_scale = q.y_scale, y_zero = static_cast<float>(q.y_zero_point);
+  const int32_t x_zero = q.x_zero_point;
+  auto output = [&](float sum, int64_t valid) {
+    const int64_t count = q.count_include_pad ? kernel_size : valid;
+    sum /= static_cast<float>(count);
+    return to_quantized<Q>(clamp_to<Q>(static_cast<double>(sum / y_scale + y_zero)));
+  };
+  const AxisGeometry& cols = p.cols;
+  if (channels > 1) {
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* mj = mark + j * channels;
+      if (!any_marked(mj, channels)) continue;
+      int64_t k_lo, k_hi;
+      cols.valid_range(begin + j, k_lo, k_hi);
+      fill(acc, channels, 0.0f);
+      const int64_t col0 = (begin + j) * cols.stride - cols.pad_begin;
+      for (int64_t r = r_lo; r < r_hi; ++r) {
+        const Q* xr = x + ((row0 + r * p.rows.dilation) * cols.in + col0) * channels;
+        for (int64_t k = k_lo; k < k_hi; ++k) {
+          const Q* xk = xr + k * cols.dilation * channels;
+          for (int64_t c = 0; c < channels; ++c) {
+            acc[c] += x_scale * static_cast<float>(static_cast<int32_t>(xk[c]) - x_zero);
+          }
+        }
+      }
+      // the same float operations as output(), for all channels at once (vectorised divisions)
+      const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
+      const float count = static_cast<float>(q.count_include_pad ? kernel_size : valid);
+      for (int64_t c = 0; c < channels; ++c) acc[c] = acc[c] / count / y_scale + y_zero;
+      for (int64_t c = 0; c < channels; ++c) {
+        if (mj[c]) y[j * channels + c] = to_quantized<Q>(clamp_to<Q>(static_cast<double>(acc[c])));
+      }
+    }
+    return;
+  }
+  int64_t marks = 0;
+  for (int64_t j = 0; j < n; ++j) marks += mark[j];
+  if (marks <= 4 || cols.kernel > cols.in) {  // a few windows (the edge columns): one at a time
+    for (int64_t j = 0; j < n; ++j) {
+      if (mark[j]) y[j] = to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x, p, 1, 0, oh, begin + j, q, kernel_size)));
+    }
+    return;
+  }
+  fill(acc, n, 0.0f);
+  for (int64_t r = r_lo; r < r_hi; ++r) {
+    const Q* xr = x + (row0 + r * p.rows.dilation) * cols.in;
+    for (int64_t k = 0; k < cols.kernel; ++k) {
+      // the columns j of [begin, begin + n) whose window's k-th element lies inside the row
+      const int64_t offset = k * cols.dilation - cols.pad_begin;
+      const int64_t j_lo = max_of(begin, offset >= 0 ? 0 : (-offset + cols.stride - 1) / cols.stride);
+      const int64_t j_hi = min_of(begin + n, offset >= cols.in ? 0 : (cols.in - 1 - offset) / cols.stride + 1);
+      for (int64_t j = j_lo; j < j_hi; ++j) {
+        acc[j - begin] += x_scale * static_cast<float>(static_cast<int32_t>(xr[j * cols.stride + offset]) - x_zero);
+      }
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    if (mark[j]) y[j] = output(acc[j], (r_hi - r_lo) * cols.valid_count(begin + j));
+  }
+}
+
+// Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
+// whole-plane passes move half the bytes of int32 and the requantisation runs in float (see Requantiser).
+constexpr int64_t kShortSumKernel = 128;
+
 // The requantisation, written once: y = round((sum - zero_sum) * scale + y_zero_point), clamped, where per output
-// position zero_sum = x_zero_point * (elements in the window) and scale = x_scale / (y_scale * count). Values
-// within rounding noise of a tie are left for the caller (the count of them is returned, their positions marked
-// in `tie` when given).
+// position zero_sum = x_zero_point * (elements in the window) and scale = x_scale / (y_scale * count).
+// With int16 sums the vectorised pass runs in float (twice the lanes of double): (sum - zero_sum) is exact in
+// float and the float value is within 8e-5 of the exact one wherever the clamp does not decide, so elements more
+// than 2e-4 from a tie round as the exact value does; those within 2e-4 (a superset of the 1e-4 tie band) are
+// marked and the caller settles them with exact() in double. Results equal the all-double evaluation.
 template <class Q, class I>
 struct Requantiser {
+  static constexpr bool kFloat = sizeof(I) == 2;
+  using Scale = std::conditional_t<kFloat, float, double>;
   double y_zero, ratio;
   int32_t x_zero_point;
   int64_t kernel_size;
@@ -96,64 +204,136 @@ struct Requantiser {
         ratio(static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale)),
         x_zero_point(q.x_zero_point),
         kernel_size(kernel),
-        count_include_pad(q.count_include_pad) {}
+        count_include_pad(q.count_include_pad) {
+    if constexpr (kFloat) {
+      for (int64_t count = 1; count <= kernel_size; ++count) count_scale[count] = ratio / static_cast<double>(count);
+    }
+  }
+  // ratio / count for each count of a short kernel: exact() runs per marked element, a division each costs more
+  // than the rest of it
+  double count_scale[kFloat ? kShortSumKernel + 1 : 1] = {};
 
   // zero_sum and scale of a window holding `valid` input elements
-  void pattern(int64_t valid, I& zero_sum, double& scale) const {
+  void pattern(int64_t valid, I& zero_sum, Scale& scale) const {
     const int64_t count = count_include_pad ? kernel_size : valid;
     zero_sum = static_cast<I>(x_zero_point * valid);
-    scale = count == 0 ? 0.0 : ratio / static_cast<double>(count);
+    scale = static_cast<Scale>(count == 0 ? 0.0 : ratio / static_cast<double>(count));
   }
 
-  // n positions of `channels` interleaved values each; marks in `tie` (one byte per value) the values within
-  // rounding noise of a tie, whose outputs the caller then recomputes, and returns how many there are.
-  int64_t run(const I* sums, const I* zero_sum, const double* scale, int64_t n, int64_t channels, Q* y,
-              uint8_t* tie) const {
-    int64_t ties = 0;
-    if (channels == 1) {
-      for (int64_t i = 0; i < n; ++i) {
-        const double v = clamp_to<Q>(static_cast<double>(sums[i] - zero_sum[i]) * scale[i] + y_zero);
-        const bool t = near_tie(v);
-        tie[i] = t;
-        ties += t;
-        y[i] = to_quantized<Q>(v);
-      }
+  // The exact value (double, clamped) of a window sum over `valid` input elements.
+  double exact(I sum, int64_t valid) const {
+    const int64_t count = count_include_pad ? kernel_size : valid;
+    const double scale = count == 0 ? 0.0 : kFloat ? count_scale[count] : ratio / static_cast<double>(count);
+    return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * scale + y_zero);
+  }
+
+  // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
+  template <class Flag>
+  Q element(I sum, I zero_sum, Scale scale, Flag& marked) const {
+    if constexpr (kFloat) {
+      constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
+      constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
+      constexpr float magic = 12582912.0f;  // 1.5 * 2^23: (v + magic) - magic rounds half to even, |v| < 2^22
+      float v = static_cast<float>(static_cast<int32_t>(sum) - static_cast<int32_t>(zero_sum)) * scale +
+                static_cast<float>(y_zero);
+      v = qmin > v ? qmin : v;
+      v = qmax < v ? qmax : v;
+      const float rounded = (v + magic) - magic;
+      marked = std::fabs(v - rounded) > 0.5f - 2e-4f;
+      return static_cast<Q>(static_cast<int32_t>(rounded));
     } else {
-      for (int64_t i = 0; i < n; ++i) {
-        const I zs = zero_sum[i];
-        const double sc = scale[i];
-        const I* si = sums + i * channels;
-        Q* yi = y + i * channels;
-        uint8_t* ti = tie + i * channels;
-        for (int64_t c = 0; c < channels; ++c) {
-          const double v = clamp_to<Q>(static_cast<double>(si[c] - zs) * sc + y_zero);
-          const bool t = near_tie(v);
-          ti[c] = t;
-          ties += t;
-          yi[c] = to_quantized<Q>(v);
+      const double v = clamp_to<Q>(static_cast<double>(sum - zero_sum) * scale + y_zero);
+      marked = near_tie(v);
+      return to_quantized<Q>(v);
+    }
+  }
+
+  // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
+  // must settle, and returns whether there are any. Runs in chunks: while chunks carry no marks, the vectorised
+  // loop keeps only a flag in int32 lanes (storing byte marks costs it a third of its time) and a flagged chunk
+  // gets its marks from a second loop; after a flagged chunk (equal scales put marks in most of them) the next
+  // chunk stores its marks directly.
+  bool run(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
+           uint8_t* mark) const {
+    bool any = false, last_flagged = false;
+    // elements [begin, end) of a stretch sharing zero_sum_of / scale_of (per element, or one position's)
+    auto chunk = [&](const I* s, auto&& zero_sum_of, auto&& scale_of, Q* out, uint8_t* m, int64_t begin, int64_t end) {
+      if (last_flagged) {
+        uint8_t flags = 0;
+        for (int64_t i = begin; i < end; ++i) {
+          out[i] = element(s[i], zero_sum_of(i), scale_of(i), m[i]);
+          flags |= m[i];
+        }
+        last_flagged = flags != 0;
+      } else {
+        int32_t flags = 0;
+        for (int64_t i = begin; i < end; ++i) {
+          int32_t f;
+          out[i] = element(s[i], zero_sum_of(i), scale_of(i), f);
+          flags |= f;
+        }
+        last_flagged = flags != 0;
+        if (last_flagged) {
+          for (int64_t i = begin; i < end; ++i) element(s[i], zero_sum_of(i), scale_of(i), m[i]);
+        } else {
+          std::memset(m + begin, 0, static_cast<size_t>(end - begin));
         }
       }
+      any |= last_flagged;
+    };
+    constexpr int64_t kChunk = 64;
+    if (channels == 1) {
+      auto zs = [&](int64_t i) { return zero_sum[i]; };
+      auto sc = [&](int64_t i) { return scale[i]; };
+      for (int64_t begin = 0; begin < n; begin += kChunk)
+        chunk(sums, zs, sc, y, mark, begin, min_of(n, begin + kChunk));
+      return any;
     }
+    for (int64_t i = 0; i < n; ++i) {
+      const I zs = zero_sum[i];
+      const Scale sc = scale[i];
+      const int64_t at = i * channels;
+      for (int64_t begin = 0; begin < channels; begin += kChunk) {
+        chunk(
+            sums + at, [&](int64_t) { return zs; }, [&](int64_t) { return sc; }, y + at, mark + at, begin,
+            min_of(channels, begin + kChunk));
+      }
+    }
+    return any;
+  }
+
+  // Settles the marked elements the exact value decides (writes y, clears the mark) and returns how many stay
+  // marked: those within the tie band, left for ORT's float evaluation. valid_of(e): elements in e's window.
+  template <class Valid>
+  int64_t settle(const I* sums, int64_t n, uint8_t* mark, Q* y, Valid&& valid_of) const {
+    int64_t ties = 0;
+    for_each_marked(mark, n, [&](int64_t e) {
+      const double v = exact(sums[e], valid_of(e));
+      if (near_tie(v)) {
+        ++ties;
+      } else {
+        y[e] = to_quantized<Q>(v);
+        mark[e] = 0;
+      }
+    });
     return ties;
   }
 };
 
-// Calls f(i) for each i < n with mark[i] != 0, skipping unmarked stretches eight bytes at a time.
-template <class F>
-void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, mark + i, sizeof word);
-    if (word == 0) continue;
-    for (int64_t k = 0; k < 8; ++k) {
-      if (mark[i + k]) f(i + k);
-    }
+// Offsets of several arrays in one scratch block, each aligned to 8 bytes whatever the arrays before it hold.
+struct ScratchLayout {
+  size_t bytes = 0;
+  template <class T>
+  size_t add(int64_t n) {
+    const size_t at = bytes;
+    bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
+    return at;
   }
-  for (; i < n; ++i) {
-    if (mark[i]) f(i);
+  template <class T>
+  static T* at(ScratchBuffer& memory, size_t offset) {
+    return reinterpret_cast<T*>(memory.as<char>() + offset);
   }
-}
+};
 
 // 1-D and 2-D pools (NCHW planes, channels == 1, or NHWC images): window sums streamed an output row at a time
 // (scratch: a ring of kernel rows of one strip, not a plane), requantised row by row. The zero sums and scales of
@@ -165,14 +345,18 @@ void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const P
   const Requantiser<Q, I> requantiser(q, g.kernel_size);
   const int64_t strip = min_of(rc.cols.out, kStripColumns);
   const int64_t sums_scratch = stream_scratch(rc, channels);
-  ScratchBuffer memory(sizeof(int64_t) * static_cast<size_t>(stream_tags(rc)) +
-                       sizeof(double) * static_cast<size_t>(strip) +
-                       sizeof(I) * static_cast<size_t>(sums_scratch + strip) + static_cast<size_t>(strip * channels));
-  int64_t* tags = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
-  double* scale = reinterpret_cast<double*>(tags + stream_tags(rc));
-  I* sums_memory = reinterpret_cast<I*>(scale + strip);
-  I* zero_sum = sums_memory + sums_scratch;
-  uint8_t* tie = reinterpret_cast<uint8_t*>(zero_sum + strip);
+  using Scale = typename Requantiser<Q, I>::Scale;
+  ScratchLayout layout;
+  const size_t tags_at = layout.add<int64_t>(stream_tags(rc)), scale_at = layout.add<Scale>(strip),
+               acc_at = layout.add<float>(max_of(channels, strip)), sums_at = layout.add<I>(sums_scratch),
+               zero_sum_at = layout.add<I>(strip), mark_at = layout.add<uint8_t>(strip * channels);
+  ScratchBuffer memory(layout.bytes);
+  int64_t* tags = layout.at<int64_t>(memory, tags_at);
+  Scale* scale = layout.at<Scale>(memory, scale_at);
+  float* acc = layout.at<float>(memory, acc_at);
+  I* sums_memory = layout.at<I>(memory, sums_at);
+  I* zero_sum = layout.at<I>(memory, zero_sum_at);
+  uint8_t* mark = layout.at<uint8_t>(memory, mark_at);
   const int64_t row_length = rc.cols.in * channels;
   for (int64_t u = 0; u < units; ++u) {
     const Q* xu = x + u * g.in_size * channels;
@@ -192,12 +376,10 @@ void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const P
         pattern_begin = begin;
       }
       Q* out = yu + (oh * rc.cols.out + begin) * channels;
-      if (requantiser.run(sums, zero_sum, scale, n, channels, out, tie) > 0) {
-        for_each_marked(tie, n * channels, [&](int64_t e) {
-          const double value =
-              ort_float_value_2d(xu, rc, channels, e % channels, oh, begin + e / channels, q, g.kernel_size);
-          out[e] = to_quantized<Q>(clamp_to<Q>(value));
-        });
+      if (requantiser.run(sums, zero_sum, scale, n, channels, out, mark) &&
+          requantiser.settle(sums, n * channels, mark, out,
+                             [&](int64_t e) { return rows_valid * rc.cols.valid_count(begin + e / channels); }) > 0) {
+        ort_tie_outputs_2d(xu, rc, channels, oh, begin, n, q, g.kernel_size, mark, out, acc);
       }
       return true;
     };
@@ -211,7 +393,7 @@ inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
          g.axes[1].dilation == 1;
 }
 
-// I: integer type of the window sums; requantisation is in double.
+// I: integer type of the window sums (see Requantiser for the arithmetic of each).
 template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
   const size_t rank = g.axes.size();
@@ -233,36 +415,42 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // (The direct path's whole step is one such block, its pattern built once below.)
   const int64_t block_rows = direct ? step_rows : max_of<int64_t>(1, min_of<int64_t>(step_rows, 4096 / row_size));
   const int64_t block_positions = block_rows * out_last;
-  ScratchBuffer memory(sizeof(I) * static_cast<size_t>(2 * scratch + widened + direct_sums) +
-                       (sizeof(I) + sizeof(double)) * static_cast<size_t>(block_positions + out_last) +
-                       sizeof(int64_t) * (kVisitScratch * rank + static_cast<size_t>(rows)) +
-                       static_cast<size_t>(block_rows * row_size));
-  // 8-byte values first (scales, then indices), then the integer arrays, so every array is aligned for its type.
-  double* scales = memory.as<double>();
-  int64_t* index = reinterpret_cast<int64_t*>(scales + block_positions + out_last);
-  int64_t* row_lead_valid =
-      index + kVisitScratch * rank;  // per output row of a unit: in-bounds count over the leading axes
-  I* plane = reinterpret_cast<I*>(row_lead_valid + rows);
-  I* step_sums = plane + widened;
-  I* buf_a = step_sums + direct_sums;
-  I* buf_b = buf_a + scratch;
+  using Scale = typename Requantiser<Q, I>::Scale;
+  ScratchLayout layout;
+  const size_t index_at = layout.add<int64_t>(static_cast<int64_t>(kVisitScratch * rank)),
+               lead_at = layout.add<int64_t>(rows), scales_at = layout.add<Scale>(block_positions + out_last),
+               acc_at = layout.add<float>(max_of(channels, out_last)), plane_at = layout.add<I>(widened),
+               step_sums_at = layout.add<I>(direct_sums), buf_a_at = layout.add<I>(scratch),
+               buf_b_at = layout.add<I>(scratch), zero_sums_at = layout.add<I>(block_positions + out_last),
+               mark_at = layout.add<uint8_t>(block_rows * row_size);
+  ScratchBuffer memory(layout.bytes);
+  int64_t* index = layout.at<int64_t>(memory, index_at);
+  int64_t* row_lead_valid = layout.at<int64_t>(memory, lead_at);  // per output row of a unit: in-bounds count
+                                                                  // over the leading axes
+  Scale* scales = layout.at<Scale>(memory, scales_at);
+  float* acc = layout.at<float>(memory, acc_at);
+  I* plane = layout.at<I>(memory, plane_at);
+  I* step_sums = layout.at<I>(memory, step_sums_at);
+  I* buf_a = layout.at<I>(memory, buf_a_at);
+  I* buf_b = layout.at<I>(memory, buf_b_at);
+  I* zero_sums = layout.at<I>(memory, zero_sums_at);
+  uint8_t* mark = layout.at<uint8_t>(memory, mark_at);  // marks of a block (see Requantiser::run)
   // Per output position of a block: x_zero_point * elements in the window, and x_scale / (y_scale * count). Two
   // of them, so the interior rows' block is built once per call and the edge rows, one at a time, use the other.
   struct Pattern {
     I* zero_sum;
-    double* scale;
+    Scale* scale;
     int64_t lead_valid = -1;  // the leading axes' in-bounds count it was made for
     int64_t rows = 0;         // rows filled
   } bulk, edge;
-  bulk.zero_sum = buf_b + scratch;
+  bulk.zero_sum = zero_sums;
   edge.zero_sum = bulk.zero_sum + block_positions;
   bulk.scale = scales;
   edge.scale = bulk.scale + block_positions;
   for (int64_t r = 0; r < rows; ++r) row_lead_valid[r] = lead_valid_count(g, r);
-  uint8_t* tie = reinterpret_cast<uint8_t*>(edge.zero_sum + out_last);  // near-tie marks of a block
   const Requantiser<Q, I> requantiser(q, g.kernel_size);
   const RowsAndColumns rc = rank <= 2 ? rows_and_columns(g) : RowsAndColumns{};
-  auto fill_row = [&](I* zero_sum, double* scale, int64_t lead_valid) {
+  auto fill_row = [&](I* zero_sum, Scale* scale, int64_t lead_valid) {
     for (int64_t j = 0; j < out_last; ++j) requantiser.pattern(lead_valid * last.valid_count(j), zero_sum[j], scale[j]);
   };
   if (direct) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
@@ -270,7 +458,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       fill_row(bulk.zero_sum + r * out_last, bulk.scale + r * out_last, row_lead_valid[r]);
     for (int64_t k = 1; k < step_units; ++k) {
       std::memcpy(bulk.zero_sum + k * g.out_size, bulk.zero_sum, sizeof(I) * static_cast<size_t>(g.out_size));
-      std::memcpy(bulk.scale + k * g.out_size, bulk.scale, sizeof(double) * static_cast<size_t>(g.out_size));
+      std::memcpy(bulk.scale + k * g.out_size, bulk.scale, sizeof(Scale) * static_cast<size_t>(g.out_size));
     }
   }
   auto pattern_for = [&](int64_t lead_valid, int64_t n_rows) -> const Pattern& {
@@ -282,7 +470,7 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
     }
     for (; p.rows < n_rows; ++p.rows) {
       std::memcpy(p.zero_sum + p.rows * out_last, p.zero_sum, sizeof(I) * static_cast<size_t>(out_last));
-      std::memcpy(p.scale + p.rows * out_last, p.scale, sizeof(double) * static_cast<size_t>(out_last));
+      std::memcpy(p.scale + p.rows * out_last, p.scale, sizeof(Scale) * static_cast<size_t>(out_last));
     }
     return p;
   };
@@ -304,21 +492,33 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       sums = window_sums(xu, buf_a, buf_b, g, channels);
     }
     // Requantises output rows [row, row + n_rows) of this step, zero_sum and scale per output position.
-    auto requantise = [&](int64_t row, int64_t n_rows, const I* zero_sum, const double* scale) {
+    auto requantise = [&](int64_t row, int64_t n_rows, const I* zero_sum, const Scale* scale) {
       const int64_t positions = n_rows * out_last;
       const I* s = sums + row * row_size;
       Q* yb = yu + row * row_size;
-      if (requantiser.run(s, zero_sum, scale, positions, channels, yb, tie) == 0) return;
-      for_each_marked(tie, positions * channels, [&](int64_t e) {
+      if (!requantiser.run(s, zero_sum, scale, positions, channels, yb, mark)) return;
+      auto valid_of = [&](int64_t e) {
         const int64_t i = e / channels;
-        const int64_t r = row + i / out_last;  // the unit's row, and the unit
+        return row_lead_valid[(row + i / out_last) % rows] * last.valid_count(i % out_last);
+      };
+      if (requantiser.settle(s, positions * channels, mark, yb, valid_of) == 0) return;
+      for (int64_t i = 0; i < n_rows; ++i) {  // the rows holding elements on a tie
+        const int64_t r = row + i;            // the step's row: its unit, and the unit's row
         const Q* x_unit = xu + (r / rows) * g.in_size * channels;
-        const int64_t oh = r % rows, ow = i % out_last;
-        const double value = rank <= 2
-                                 ? ort_float_value_2d(x_unit, rc, channels, e % channels, oh, ow, q, g.kernel_size)
-                                 : ort_float_value(x_unit, g, channels, e % channels, oh * out_last + ow, q, index);
-        yb[e] = to_quantized<Q>(clamp_to<Q>(value));
-      });
+        uint8_t* mr = mark + i * row_size;
+        Q* yr = yb + i * row_size;
+        if (rank <= 2) {
+          if (any_marked(mr, row_size)) {
+            ort_tie_outputs_2d(x_unit, rc, channels, r % rows, 0, out_last, q, g.kernel_size, mr, yr, acc);
+          }
+          continue;
+        }
+        for_each_marked(mr, row_size, [&](int64_t e) {
+          const int64_t out_index = (r % rows) * out_last + e / channels;
+          const double value = ort_float_value(x_unit, g, channels, e % channels, out_index, q, index);
+          yr[e] = to_quantized<Q>(clamp_to<Q>(value));
+        });
+      }
     };
     const int64_t unit_rows = n_units * rows;  // the rows of consecutive units follow one another
     if (direct) {
@@ -359,7 +559,9 @@ void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, c
       qlinear_pool<Q, I>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
     }
   };
-  if (g.kernel_size <= (1 << 23)) {
+  if (g.kernel_size <= kShortSumKernel) {
+    run(int16_t{});
+  } else if (g.kernel_size <= (1 << 23)) {
     run(int32_t{});
   } else {
     run(int64_t{});
