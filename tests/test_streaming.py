@@ -207,7 +207,44 @@ def check_qlinear_streaming_and_ties():
     assert ties > 100, f"the equal-scale cases should produce many exact ties, got {ties}"
 
 
-CHECKS = [check_lp_streaming, check_lp_streaming_subnormal_rows, check_qlinear_streaming_and_ties]
+def check_qlinear_guard_band():
+    """Values between 1e-4 and 2e-4 from a rounding tie: the library's float pass cannot decide them (its error is
+    up to 8e-5) and settles them exactly in double, so they round as the exact value does; values within 1e-4 of
+    the tie are evaluated as ORT does (equal to stock ORT). x_scale / y_scale = 0.500001: an odd difference d
+    from the zero point lies d * 1e-6 above a tie, so every d of the type's range covers both bands."""
+    xs = np.float32(0.500001)
+    for dtype, xz, yz in ((np.uint8, 0, 1), (np.int8, -128, -64)):
+        lo, hi = RQ.QRANGE[np.dtype(dtype)]
+        values = np.arange(lo, hi + 1).astype(dtype)  # every difference 0..255 from the zero point
+        for layout, shape, attrs in (
+            ("NCHW", [1, 4, 8, 8], {"kernel_shape": [1, 1]}),
+            ("NHWC", [1, 8, 4, 8], {"kernel_shape": [1, 1], "channels_last": 1}),
+        ):
+            x = values.reshape(shape)
+            model, _ = qlinear_model(dtype, shape, dict(attrs, count_include_pad=1), xs, xz, 1.0, yz)
+            before = onnx_pools.call_counts()["QLinearAveragePool"]
+            y = make_session(model).run(None, {"X": x})[0]
+            assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1, "the library's kernel did not run"
+            exact = (x.astype(np.int64) - xz) * np.float64(xs) + yz
+            distance = np.abs(exact - np.floor(exact) - 0.5)
+            band = (distance >= 1e-4) & (distance <= 2.5e-4)
+            assert band.sum() >= 40, f"only {band.sum()} values in the guard band"
+            expected = np.clip(np.rint(exact), lo, hi)
+            what = f"QLinearAveragePool {np.dtype(dtype).name} {layout} guard band"
+            assert np.array_equal(y[band], expected[band]), what
+            outside = distance > 1e-4
+            assert np.array_equal(y[outside], expected[outside]), what
+            stock = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            ties = ~outside
+            assert np.array_equal(y[ties], stock.run(None, {"X": x})[0][ties]), f"{what}: differs from stock at ties"
+
+
+CHECKS = [
+    check_lp_streaming,
+    check_lp_streaming_subnormal_rows,
+    check_qlinear_streaming_and_ties,
+    check_qlinear_guard_band,
+]
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda f: f.__name__)
