@@ -268,6 +268,24 @@ for dtype in ALL_DTYPES:
     for op, ref in (("GlobalMaxPool", R.global_max_pool(x)), ("GlobalAveragePool", R.global_average_pool(x)),
                     ("GlobalLpPool", R.global_lp_pool(x, 2))):
         check(lambda: close(op, 22, dtype, x, {}, ref, 3.0), f"{op} NaN/inf {dtype}")
+    if dtype in ("float16", "bfloat16"):
+        # GlobalMaxPool of 16-bit floats compares integer keys of the bits: negative-only channels, subnormals,
+        # a +0 among -0 (IEEE maximum: +0), a negative NaN; 70 elements: the vector loop and a scalar tail
+        x = -np.abs(rng.standard_normal([1, 4, 70])) - 1e-3
+        x[0, 1, 10:20] = 1e-7 if dtype == "float16" else 1e-40
+        x[0, 2, :] = -0.0
+        x[0, 2, 35] = 0.0
+        x[0, 3, 40] = -np.nan
+        x = R.to_dtype(x, dtype)
+
+        def half_max():
+            y = R.to_f64(run_op("GlobalMaxPool", 22, dtype, x)[0])[0, :, 0]
+            ref = R.to_f64(R.global_max_pool(x))[0, :, 0]
+            assert np.array_equal(y[:2], ref[:2]), (y, ref)
+            assert y[2] == 0 and not np.signbit(y[2]), y[2]
+            assert np.isnan(y[3]), y[3]
+
+        check(half_max, f"GlobalMaxPool {dtype} signs, subnormals, negative NaN")
     for opset in (1, 11, 18, 22):
         for i in range(6):
             attrs, ref_kwargs, shape = gen_case(rng, opset)
