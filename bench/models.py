@@ -108,9 +108,21 @@ def options(engine, model, threads, optimized_path=None, profile_prefix=None):
 
 
 def layout_nodes(path):
+    """Layout nodes of an optimised graph; a ReorderOutput is named with the ops reading its output, which tells a
+    conversion of a pooled output (-> Flatten) from one of a pool's whole input (-> GlobalMaxPool)."""
     m = onnx.load(path)
+    consumers = defaultdict(list)
+    for n in m.graph.node:
+        for i in n.input:
+            consumers[i].append(n.op_type)
+
+    def label(n):
+        if n.op_type == "ReorderOutput":
+            return f"ReorderOutput(->{'+'.join(sorted(consumers[n.output[0]])) or 'output'})"
+        return n.op_type + ("(nchwc)" if n.domain == "com.microsoft.nchwc" and n.op_type != "ReorderInput" else "")
+
     c = Counter(
-        n.op_type + ("(nchwc)" if n.domain == "com.microsoft.nchwc" and not n.op_type.startswith("Reorder") else "")
+        label(n)
         for n in m.graph.node
         if n.op_type.startswith("Reorder") or n.domain == "com.microsoft.nchwc" or n.op_type == "Transpose"
     )
