@@ -222,10 +222,10 @@ def test_model_runs_with_library(path, threads):
                 y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5, err_msg=path.name
             )
         elif path.name.startswith("inception_qop_"):
-            # 9 pools and 60 QLinearConvs: a rounding near a tie may propagate; nearly all outputs agree exactly
+            # 9 pools feeding 64 QLinearConvs; the library's pools agree with ORT's (identical in every seed tried),
+            # one quantization step allowed for a rounding near a tie
             step = _dequantize_scale(model)
-            assert np.abs(y - r).max() <= 4 * step * 1.001, path.name
-            assert np.mean(np.abs(y - r) <= step * 1.001) >= 0.9, path.name
+            np.testing.assert_allclose(y, r, rtol=0, atol=step * 1.001, err_msg=path.name)
         elif path.name.startswith("avgpool_qop_"):
             # Y = DequantizeLinear(quantized output): allow one quantization step from rounding near ties
             step = float(_init(model, "Y_scale"))
