@@ -198,7 +198,12 @@ def test_model_runs_with_library(path, threads):
     for op in {n.op_type for n in nodes}:
         want = sum(n.op_type == op for n in nodes)
         assert after[op] - before[op] == want, f"{path.name}: {op} counter moved by {after[op] - before[op]}"
-    for n in nodes:
+    checked = nodes
+    if path.name.startswith("inception_qop_"):
+        # the numpy reference is the slow part (0.55 s for all 9 nodes; CI also runs this under qemu): one pool per
+        # stage (its shape and count_include_pad); all 9 ran on the library (counter) and the outputs match stock
+        checked = [nodes[0], nodes[3], nodes[7]]
+    for n in checked:
         _check_node(model, n, outs[n.input[0]], outs[n.output[0]], f"{path.name}: {n.name or n.op_type}")
     if path.name in WHOLE_MODELS:  # batch 1 (random_inputs: symbolic dims -> 1); the sizes the README quotes
         assert [list(outs[n.input[0]].shape) for n in nodes] == WHOLE_MODEL_POOLED[path.name]
