@@ -33,6 +33,21 @@ the dynamo exporter needs onnxscript, which is not installed here):
   output are of the variant's type and the pooling op runs in that type.  No onnx-level type conversion was needed.
 
 The opset-22 GlobalLpPool model is written with onnx.helper (torch has no path to GlobalLpPool).
+
+Whole-model benchmark set (bench/models.py times these at batch 1 and 8; the batch dimension is symbolic, "N", so
+the batch is chosen at run time; small channel counts keep the files small, the pooled tensors are realistic):
+
+  resnet_gap_f32.onnx     ResNet-like: stem Conv7x7 s2 + BN + ReLU + MaxPool, one bottleneck block (1x1, 3x3, 1x1
+                          expanding to 256, projection shortcut, BN, Add, ReLU), AdaptiveAvgPool2d(1), Linear;
+                          X Nx3x224x224, pool input Nx256x56x56 (6.4M elements at batch 8; ResNet-50's layer1 size)
+  vgg_gmp_f32.onnx        VGG-like: Conv3x3 + ReLU, MaxPool, Conv3x3 + ReLU, Conv1x1 to 256 + ReLU,
+                          AdaptiveMaxPool2d(1), Linear; X Nx3x112x112, pool input Nx256x56x56
+  lpnet_lppool_f32.onnx   Conv3x3 + ReLU, LPPool2d(2, 2, stride 2), Conv3x3 + ReLU, LPPool2d(2, 3, stride 2),
+                          Conv1x1 + ReLU, AdaptiveAvgPool2d(1), Linear; X Nx3x64x64, LpPool inputs Nx32x64x64
+                          and Nx64x32x32 (smaller than the others: the tests' float64 LpPool reference is slow)
+
+All three: torch modules with torchvision's default initialisation (seeded), eval mode (BatchNorm folded into the
+convolutions by the exporter), legacy exporter, opset 18, float32.
 Every model is checked with onnx.checker and for the pooling op(s) and element type it is meant to have.
 """
 
@@ -44,6 +59,7 @@ import io
 import os
 import sys
 import warnings
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -203,6 +219,148 @@ def check(m: onnx.ModelProto, op: str, elem_type: int, name: str) -> None:
             raise SystemExit(f"{name}: unexpected {other} node (export decomposed the pooling op)")
 
 
+# ----------------------------------------------------------------------------------- whole-model benchmark set
+class Bottleneck(torch.nn.Module):
+    """torchvision's Bottleneck (1x1 -> 3x3 -> 1x1 expand, BN after each, projection shortcut, Add, ReLU)."""
+
+    def __init__(self, cin, width, cout):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return torch.relu(y + self.downsample(x))
+
+
+class ResNetLike(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        self.layer1 = Bottleneck(16, 32, 256)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layer1(self.stem(x))), 1))
+
+
+class VGGLike(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(64, 256, 1),
+            nn.ReLU(),
+        )
+        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.fc = nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+
+
+class LpNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.ReLU(),
+            LPPool2dONNX(2, 2, stride=2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            LPPool2dONNX(2, 3, stride=2),
+            nn.Conv2d(64, 128, 1),
+            nn.ReLU(),
+        )
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+
+
+# name: (module class, input C x H x W, {pooling op: node count}, description)
+WHOLE_MODELS = {
+    "resnet_gap_f32": (
+        ResNetLike,
+        (3, 224, 224),
+        {"GlobalAveragePool": 1},
+        "ResNet-like: Conv7x7 s2 (3->16) + BN + ReLU + MaxPool 3x3 s2, Bottleneck(16, width 32, 256) with projection "
+        "shortcut, AdaptiveAvgPool2d(1), Linear(256, 10); X Nx3x224x224, pool input Nx256x56x56",
+    ),
+    "vgg_gmp_f32": (
+        VGGLike,
+        (3, 112, 112),
+        {"GlobalMaxPool": 1},
+        "VGG-like: Conv3x3 (3->32) + ReLU, MaxPool 2, Conv3x3 (32->64) + ReLU, Conv1x1 (64->256) + ReLU, "
+        "AdaptiveMaxPool2d(1), Linear(256, 10); X Nx3x112x112, pool input Nx256x56x56",
+    ),
+    "lpnet_lppool_f32": (
+        LpNet,
+        (3, 64, 64),
+        {"LpPool": 2, "GlobalAveragePool": 1},
+        "Conv3x3 (3->32) + ReLU, LPPool2d(2, 2, stride 2), Conv3x3 (32->64) + ReLU, LPPool2d(2, 3, stride 2), "
+        "Conv1x1 (64->128) + ReLU, AdaptiveAvgPool2d(1), Linear(128, 10); X Nx3x64x64, LpPool inputs "
+        "Nx32x64x64 and Nx64x32x32",
+    ),
+}
+
+
+def export_whole(name: str) -> onnx.ModelProto:
+    cls, chw, _, _ = WHOLE_MODELS[name]
+    torch.manual_seed(SEED)
+    model = cls().eval()
+    x = torch.randn(1, *chw)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            f,
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=["X"],
+            output_names=["Y"],
+            dynamic_axes={"X": {0: "N"}, "Y": {0: "N"}},
+            do_constant_folding=True,
+        )
+    m = onnx.load_from_string(f.getvalue())
+    m.producer_name = "pytorch"
+    m.doc_string = f"onnx-pools whole-model benchmark {name}: made by models/make_models.py"
+    return m
+
+
+def check_whole(m: onnx.ModelProto, name: str) -> None:
+    onnx.checker.check_model(m, full_check=True)
+    want = WHOLE_MODELS[name][2]
+    got = {op: sum(n.op_type == op for n in m.graph.node) for op in want}
+    if got != want:
+        raise SystemExit(f"{name}: pooling nodes {got}, expected {want} (ops {[n.op_type for n in m.graph.node]})")
+    if any(n.op_type in ("BatchNormalization", "Pow", "AveragePool") for n in m.graph.node):
+        raise SystemExit(f"{name}: BatchNormalization not folded or a pooling op decomposed")
+    if m.graph.input[0].type.tensor_type.shape.dim[0].dim_param != "N":
+        raise SystemExit(f"{name}: batch dimension is not symbolic")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
@@ -218,6 +376,11 @@ def main(argv=None) -> int:
                 check(m, EXPECTED_OP[family], elem, name)
                 onnx.save(m, os.path.join(args.out, name + ".onnx"))
                 written.append(name)
+        for name in WHOLE_MODELS:
+            m = export_whole(name)
+            check_whole(m, name)
+            onnx.save(m, os.path.join(args.out, name + ".onnx"))
+            written.append(name)
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::adaptive_max_pool2d", OPSET)
     m = make_globallppool22()
@@ -253,6 +416,10 @@ def write_provenance(out, written):
         if name.startswith("globallppool"):
             tool = f"onnx.helper (onnx {onnx.__version__})"
             what = "Conv(8,16,3x3,pad 1) -> Relu -> GlobalLpPool(p=3); X 1x8x16x16 float -> Y 1x16x1x1"
+        elif name in WHOLE_MODELS:
+            tool = f"torch.onnx.export, legacy exporter (dynamo=False), torch {torch.__version__}, eval mode"
+            what = WHOLE_MODELS[name][3]
+            ops = ", ".join(f"{op} x{c}" for op, c in sorted(Counter(n.op_type for n in m.graph.node).items()))
         else:
             tool = f"torch.onnx.export, legacy exporter (dynamo=False), torch {torch.__version__}"
             what = DESCRIPTIONS[name.rsplit("_", 1)[0]]
@@ -280,6 +447,11 @@ is explained in the docstring of make_models.py. In short:
   bfloat16 or double Conv. bfloat16 variants use opset 22 (first opset whose pooling schemas list bfloat16).
   No onnx-level type conversion was used.
 * The opset-22 GlobalLpPool model is built with onnx.helper: torch has no export path to GlobalLpPool.
+* The whole-model benchmark set (resnet_gap_f32, vgg_gmp_f32, lpnet_lppool_f32; timed by bench/models.py) are
+  torch modules with torchvision's default initialisation (torch.manual_seed(0)), exported in eval mode (BatchNorm
+  folded into the convolutions) with a symbolic batch dimension "N" (dynamic_axes); channel counts are small to
+  keep the files small, the pooled tensors have realistic sizes (ResNet-50's layer1 output, 256x56x56 per image).
+  Their "ONNX ops" column counts nodes instead of listing the chain.
 
 Each model was checked with onnx.checker (full_check) and for its pooling op and that op's element type.
 

@@ -10,6 +10,12 @@ It is quantized with onnxruntime.quantization.quantize_static in the QOperator f
 calibration reader, once with uint8 activations (QUInt8) and once with int8 (QInt8),
 weights QInt8 in both.  Writes, next to this script:
     avgpool_float.onnx, avgpool_qop_uint8.onnx, avgpool_qop_int8.onnx, PROVENANCE_quantized.md
+
+and the whole-model benchmark network (bench/models.py times it at batch 1 and 8):
+    inception_qop_uint8.onnx, inception_qop_int8.onnx
+an Inception-v3-style float network (opset 13, symbolic batch "N", input Nx3x71x71; see build_inception_float)
+with 9 AveragePool 3x3 s1 pad 1 branches, quantized the same way: 9 com.microsoft.QLinearAveragePool nodes on
+Nx64x35x35 (3), Nx128x17x17 (4) and Nx192x8x8 (2) inputs.  Its float model is not kept (it holds 4x the weights).
 """
 
 from __future__ import annotations
@@ -81,14 +87,125 @@ def build_float_model() -> onnx.ModelProto:
     return model
 
 
-def calibration_inputs(n=8, seed=SEED + 1):
+INCEPTION_INPUT = (1, 3, 71, 71)
+INCEPTION_NAMES = {"uint8": "inception_qop_uint8.onnx", "int8": "inception_qop_int8.onnx"}
+INCEPTION_POOLS = 9
+
+
+class _Builder:
+    """Nodes and seeded He-initialised weights of a float CNN, written with onnx.helper."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def name(self, kind):
+        self.count += 1
+        return f"{kind}{self.count}"
+
+    def conv_relu(self, x, cin, cout, kernel, stride=1, pads=None):
+        kh, kw = kernel
+        n = self.name("conv")
+        w = self.rng.standard_normal((cout, cin, kh, kw)) * np.sqrt(2.0 / (cin * kh * kw))
+        b = self.rng.standard_normal(cout) * 0.05
+        self.inits += [numpy_helper.from_array(w.astype(np.float32), n + "_w")]
+        self.inits += [numpy_helper.from_array(b.astype(np.float32), n + "_b")]
+        pads = pads if pads is not None else [kh // 2, kw // 2, kh // 2, kw // 2]
+        self.nodes.append(
+            helper.make_node(
+                "Conv", [x, n + "_w", n + "_b"], [n], name=n, kernel_shape=[kh, kw], strides=[stride] * 2, pads=pads
+            )
+        )
+        self.nodes.append(helper.make_node("Relu", [n], [n + "_relu"], name=n + "_relu"))
+        return n + "_relu"
+
+    def avg_pool(self, x, count_include_pad):
+        n = self.name("avgpool")
+        self.nodes.append(
+            helper.make_node(
+                "AveragePool",
+                [x],
+                [n],
+                name=n,
+                kernel_shape=[3, 3],
+                strides=[1, 1],
+                pads=[1, 1, 1, 1],
+                count_include_pad=count_include_pad,
+            )
+        )
+        return n
+
+    def max_pool(self, x):
+        n = self.name("maxpool")
+        self.nodes.append(helper.make_node("MaxPool", [x], [n], name=n, kernel_shape=[3, 3], strides=[2, 2]))
+        return n
+
+    def concat(self, xs):
+        n = self.name("concat")
+        self.nodes.append(helper.make_node("Concat", xs, [n], name=n, axis=1))
+        return n
+
+
+def build_inception_float() -> onnx.ModelProto:
+    """Inception-v3 in miniature (channel counts cut down, the structure and the pooled sizes kept):
+    stem Conv 3x3 s2 (3->64) at 35x35; 3 blocks A (1x1 | 1x1->3x3 | 1x1->3x3->3x3 | avgpool->1x1, 64 channels;
+    the pool excludes padding, count_include_pad 0, as TensorFlow's SAME average pool); reduction (Conv 3x3 s2 |
+    MaxPool 3x3 s2) to 128x17x17; 4 blocks B (1x1 | 1x1->1x7->7x1 | 1x1->7x1->1x7 | avgpool->1x1; count_include_pad
+    1, as torchvision's F.avg_pool2d); reduction to 192x8x8; 2 blocks C (1x1 | 1x1->3x3 | avgpool->1x1,
+    count_include_pad 0); GlobalAveragePool, Flatten, Gemm (10 classes)."""
+    b = _Builder(SEED + 7)
+    x = b.conv_relu("X", 3, 64, (3, 3), stride=2, pads=[0, 0, 0, 0])  # 71 -> 35
+    c = 64
+    for _ in range(3):
+        b1 = b.conv_relu(x, c, 16, (1, 1))
+        b2 = b.conv_relu(b.conv_relu(x, c, 16, (1, 1)), 16, 24, (3, 3))
+        b3 = b.conv_relu(b.conv_relu(b.conv_relu(x, c, 16, (1, 1)), 16, 16, (3, 3)), 16, 16, (3, 3))
+        bp = b.conv_relu(b.avg_pool(x, 0), c, 8, (1, 1))
+        x = b.concat([b1, b2, b3, bp])  # 16 + 24 + 16 + 8 = 64
+    x = b.concat([b.conv_relu(x, 64, 64, (3, 3), stride=2, pads=[0, 0, 0, 0]), b.max_pool(x)])  # 128 x 17 x 17
+    c = 128
+    for _ in range(4):
+        b1 = b.conv_relu(x, c, 32, (1, 1))
+        b2 = b.conv_relu(b.conv_relu(b.conv_relu(x, c, 24, (1, 1)), 24, 24, (1, 7)), 24, 32, (7, 1))
+        b3 = b.conv_relu(b.conv_relu(b.conv_relu(x, c, 24, (1, 1)), 24, 24, (7, 1)), 24, 32, (1, 7))
+        bp = b.conv_relu(b.avg_pool(x, 1), c, 32, (1, 1))
+        x = b.concat([b1, b2, b3, bp])  # 128
+    x = b.concat([b.conv_relu(x, 128, 64, (3, 3), stride=2, pads=[0, 0, 0, 0]), b.max_pool(x)])  # 192 x 8 x 8
+    c = 192
+    for _ in range(2):
+        b1 = b.conv_relu(x, c, 64, (1, 1))
+        b2 = b.conv_relu(b.conv_relu(x, c, 48, (1, 1)), 48, 64, (3, 3))
+        bp = b.conv_relu(b.avg_pool(x, 0), c, 64, (1, 1))
+        x = b.concat([b1, b2, bp])  # 192
+    wf = (b.rng.standard_normal((10, 192)) * np.sqrt(1.0 / 192)).astype(np.float32)
+    b.inits += [numpy_helper.from_array(wf, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
+    b.nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["Y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        b.nodes,
+        "inception_float",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", *INCEPTION_INPUT[1:]])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    model.producer_name = "onnx-pools make_quantized_models.py"
+    onnx.checker.check_model(model, full_check=True)
+    assert sum(n.op_type == "AveragePool" for n in model.graph.node) == INCEPTION_POOLS
+    return model
+
+
+def calibration_inputs(n=8, seed=SEED + 1, shape=INPUT_SHAPE):
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal(INPUT_SHAPE).astype(np.float32) for _ in range(n)]
+    return [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
 
 
 class Reader(CalibrationDataReader):
-    def __init__(self):
-        self._it = iter([{"X": x} for x in calibration_inputs()])
+    def __init__(self, shape=INPUT_SHAPE):
+        self._it = iter([{"X": x} for x in calibration_inputs(shape=shape)])
 
     def get_next(self):
         return next(self._it, None)
@@ -98,13 +215,13 @@ def qlinear_avgpool_nodes(model):
     return [n for n in model.graph.node if n.op_type == "QLinearAveragePool" and n.domain == "com.microsoft"]
 
 
-def quantize(float_path, out_path, activation_type):
+def quantize(float_path, out_path, activation_type, shape=INPUT_SHAPE, pools=2):
     with tempfile.TemporaryDirectory() as tmp:
         tmp_out = os.path.join(tmp, "q.onnx")
         quantize_static(
             float_path,
             tmp_out,
-            Reader(),
+            Reader(shape),
             quant_format=QuantFormat.QOperator,
             activation_type=activation_type,
             weight_type=QuantType.QInt8,
@@ -117,8 +234,8 @@ def quantize(float_path, out_path, activation_type):
     domains = {o.domain: o.version for o in q.opset_import}
     assert "com.microsoft" in domains and domains.get("", domains.get("ai.onnx")) is not None, domains
     nodes = qlinear_avgpool_nodes(q)
-    assert len(nodes) == 2, (
-        f"expected 2 com.microsoft QLinearAveragePool nodes, got {[n.op_type for n in q.graph.node]}"
+    assert len(nodes) == pools, (
+        f"expected {pools} com.microsoft QLinearAveragePool nodes, got {[n.op_type for n in q.graph.node]}"
     )
     for n in nodes:
         assert len(n.input) == 5 and all(n.input), list(n.input)
@@ -148,6 +265,15 @@ def main():
         summaries[tag] = (ops, zps)
         print(f"wrote {path}: ops {ops}; QLinearAveragePool (name, x_zero_point, y_zero_point) {zps}")
     print(f"wrote {float_path}")
+    inception = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        inception_float = os.path.join(tmp, "inception_float.onnx")
+        onnx.save(build_inception_float(), inception_float)
+        for tag, at in (("uint8", QuantType.QUInt8), ("int8", QuantType.QInt8)):
+            path = os.path.join(HERE, INCEPTION_NAMES[tag])
+            q = quantize(inception_float, path, at, INCEPTION_INPUT, INCEPTION_POOLS)
+            inception[tag] = sorted({(n.domain or "ai.onnx") + "." + n.op_type for n in q.graph.node})
+            print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
     lines = [
         "# Provenance of the quantized QLinearAveragePool models",
@@ -174,6 +300,20 @@ def main():
         z = "; ".join(f"{name}: ({a}, {b})" for name, a, b in zps)
         digest = sha256(os.path.join(HERE, QUANT_NAMES[tag]))
         lines.append(f"| {QUANT_NAMES[tag]} | {tag} | `{digest}` | {', '.join(ops)} | {z} |")
+    lines += [
+        "",
+        "Whole-model benchmark network (`python bench/models.py`): an Inception-v3-style float network, built with",
+        "onnx.helper (seeded He-initialised weights; see build_inception_float for the layers), opset 13, symbolic",
+        "batch N, X Nx3x71x71 -> Y Nx10, with 9 AveragePool 3x3 s1 pad 1 branches (3 at 64x35x35 and 2 at 192x8x8",
+        "excluding padding, 4 at 128x17x17 including it), quantized as above with calibration inputs 1x3x71x71.",
+        "The float network itself is not kept.",
+        "",
+        "| file | activations | sha256 | ops |",
+        "|---|---|---|---|",
+    ]
+    for tag in ("uint8", "int8"):
+        digest = sha256(os.path.join(HERE, INCEPTION_NAMES[tag]))
+        lines.append(f"| {INCEPTION_NAMES[tag]} | {tag} | `{digest}` | {', '.join(inception[tag])} |")
     with open(os.path.join(HERE, "PROVENANCE_quantized.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return 0

@@ -3,6 +3,8 @@ session_options(model=...): the library's node would make ORT convert the pool's
 ort_layout=False (and an explicit `ops`) keeps the library's kernels everywhere."""
 
 import platform
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -98,3 +100,45 @@ def test_lower_optimisation_level_keeps_library(tmp_path):
     model = conv_model("GlobalAveragePool")
     _, moved, _ = run(model, onnx_pools.session_options(so, model=model), tmp_path)
     assert moved["GlobalAveragePool"] == 1
+
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def optimized_graph(model, so, tmp_path):
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(tmp_path / "optimized.onnx")).graph
+
+
+def op_counts(graph):
+    return Counter(f"{n.domain}.{n.op_type}" for n in graph.node)
+
+
+def producer(graph, tensor):
+    (node,) = [n for n in graph.node if tensor in n.output]
+    return f"{node.domain}.{node.op_type}"
+
+
+@x86
+@pytest.mark.parametrize(
+    "name,head", [("resnet_gap_f32.onnx", "GlobalAveragePool"), ("vgg_gmp_f32.onnx", "GlobalMaxPool")]
+)
+def test_bundled_benchmark_models_keep_ort_layout(name, head, tmp_path):
+    """The whole-model benchmark CNNs (bench/models.py): session_options(model=...) gives stock's optimised graph
+    (the pool in the blocked layout, one ReorderOutput of the pooled output); a registration that takes the pool
+    (plain, or forced) makes ORT put the ReorderOutput in front of it, where it converts the pool's whole input."""
+    model = (MODELS_DIR / name).read_bytes()
+    stock = optimized_graph(model, ort.SessionOptions(), tmp_path)
+    if f"com.microsoft.nchwc.{head}" not in op_counts(stock):
+        pytest.skip(f"onnxruntime {ort.__version__} leaves {head} in NCHW here")
+    (pool,) = [n for n in stock.node if n.op_type == head]
+    assert any(n.op_type == "ReorderOutput" and n.input[0] == pool.output[0] for n in stock.node)
+    assert op_counts(optimized_graph(model, onnx_pools.session_options(model=model), tmp_path)) == op_counts(stock)
+    plain = ort.SessionOptions()
+    plain.register_custom_ops_library(onnx_pools.get_library_path())
+    for so in (plain, onnx_pools.session_options(model=model, ort_layout=False)):
+        graph = optimized_graph(model, so, tmp_path)
+        (pool,) = [n for n in graph.node if n.op_type == head]
+        assert pool.domain == "" and producer(graph, pool.input[0]) == "com.microsoft.nchwc.ReorderOutput"
