@@ -111,7 +111,12 @@ struct Requantiser {
               uint8_t* tie) const {
     int64_t ties = 0;
     if (channels == 1) {
-      for (int64_t i = 0; i < n; ++i) {
+      int64_t i = 0;
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+      if constexpr (std::is_same_v<I, int32_t>)
+        i = neon_requantise<Q, false>(sums, zero_sum, scale, y_zero, n, y, tie, ties);
+#endif
+      for (; i < n; ++i) {
         const double v = clamp_to<Q>(static_cast<double>(sums[i] - zero_sum[i]) * scale[i] + y_zero);
         const bool t = near_tie(v);
         tie[i] = t;
@@ -125,7 +130,12 @@ struct Requantiser {
         const I* si = sums + i * channels;
         Q* yi = y + i * channels;
         uint8_t* ti = tie + i * channels;
-        for (int64_t c = 0; c < channels; ++c) {
+        int64_t c = 0;
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+        if constexpr (std::is_same_v<I, int32_t>)
+          c = neon_requantise<Q, true>(si, &zs, &sc, y_zero, channels, yi, ti, ties);
+#endif
+        for (; c < channels; ++c) {
           const double v = clamp_to<Q>(static_cast<double>(si[c] - zs) * sc + y_zero);
           const bool t = near_tie(v);
           ti[c] = t;

@@ -230,6 +230,16 @@ unset ONNX_POOLS_ISA
 if [ "$MODE" = full ] && ! QEMU_CPU=max $N "$apy" "$ROOT/scripts/aarch64_fp16_probe.py"; then
   [ "${AARCH64_FP16_STRICT:-0}" = 1 ] && fail "float16 GlobalAveragePool on an FP16-capable aarch64 CPU"
 fi
+# The NEON intrinsics (csrc/simd_neon.h) against the generic code, value by value: every float16, ~154M floats,
+# randomized requantisation with near ties (about a minute under emulation; not with --subset, where the
+# digests below compare the neon and portable kernel sets bit for bit)
+if [ "$MODE" = full ]; then
+  $N aarch64-linux-gnu-g++ -std=c++17 -O2 -static -ffp-contract=off -fno-math-errno -fno-trapping-math \
+    -I"$ONNXRUNTIME_INCLUDE_DIR" -I"$ROOT/csrc" "$ROOT/scripts/aarch64_neon_selftest.cc" -o "$A/neon_selftest" \
+    || fail "building scripts/aarch64_neon_selftest.cc"
+  $N "$qemu" "$A/neon_selftest" | sed 's/^/neon selftest: /'
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "NEON intrinsics differ from the generic code (scripts/aarch64_neon_selftest.cc)"
+fi
 say "emulated smoke checks took $((SECONDS - t0)) s"
 
 # Bit for bit: the same fixed cases (scripts/isa_digests.py) on aarch64 neon and portable, and on x86-64 when a
