@@ -16,6 +16,10 @@ constexpr int kVectorBytes = 32;
 constexpr int kVectorBytes = 16;
 #endif
 
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+#include "simd_neon.h"  // the neon set's intrinsics (float16 conversion, requantisation)
+#endif
+
 // Native vectors of A (float, double, or an integer type), loaded and stored unaligned.
 template <class A>
 struct Simd {
@@ -108,6 +112,9 @@ void load_block<Float16>(const Float16* src, float* dst, int64_t n) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   }
 #endif
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+  i = neon_halves_to_floats(reinterpret_cast<const uint16_t*>(src), dst, n);
+#endif
   halves_to_floats(reinterpret_cast<const uint16_t*>(src + i), reinterpret_cast<aliased_u32*>(dst + i), n - i);
 }
 #pragma GCC diagnostic pop
@@ -132,6 +139,9 @@ void store_block<Float16>(const float* src, Float16* dst, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   }
+#endif
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+  i = neon_floats_to_halves(src, reinterpret_cast<uint16_t*>(dst), n);
 #endif
   floats_to_halves(reinterpret_cast<const aliased_u32*>(src + i), reinterpret_cast<uint16_t*>(dst + i), n - i);
 }

@@ -74,11 +74,17 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
     it convert the pool's whole input back to NCHW first, which costs more than the pool. False: the library's
     kernels everywhere (as with an explicit `ops`).
+    On aarch64 CPUs with FP16 arithmetic, ORT's NhwcTransformer takes float16 GlobalAveragePool nodes to its own
+    NHWC kernel; the session then disables that transformer (optimization.disable_specified_optimizers) when the
+    library takes GlobalAveragePool and the kernels are forced (no `model`, an explicit `ops`,
+    ort_layout=False) or the model has nothing else the transformer rewrites (see _nhwc_fp16_choice).
     """
     import onnxruntime
 
     if so is None:
         so = onnxruntime.SessionOptions()
+    forced = model is None or ops is not None or not ort_layout
+    nodes = None
     if model is not None and (ops is None or types is None):
         domains, nodes = _read_model(model)
         if ops is None:
@@ -92,8 +98,64 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
             so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
+    if _nhwc_fp16_choice(ops, forced, model, nodes):
+        _disable_optimizer(so, "NhwcTransformer")
     so.register_custom_ops_library(get_library_path())
     return so
+
+
+# Ops onnxruntime's NhwcTransformer rewrites to its NHWC kernels (besides float16 GlobalAveragePool).
+_NHWC_REWRITTEN_OPS = ("Conv", "FusedConv", "QLinearConv", "MaxPool", "AveragePool")
+
+
+def _nhwc_fp16_choice(ops, forced, model, nodes):
+    """Whether to disable ORT's NhwcTransformer so that float16 GlobalAveragePool runs on the library.
+
+    On aarch64 CPUs with FP16 vector arithmetic (armv8.2-a FP16: Graviton 2 and later, Ampere, Apple) ORT has an
+    NHWC float16 GlobalAveragePool and its NhwcTransformer moves every such node there, wrapped in transposes.
+    Disabling the transformer is per session, so it also stops ORT's NHWC rewrite of float16/quantized Convs and
+    pools. So: when the kernels are forced (no model, explicit ops, ort_layout=False) always; with a model only
+    if it has none of those other ops, where the transposes around a lone pool (a full pass over its input) can
+    only cost. In a model with Convs, ORT keeps its NHWC float16 chain (a pool fed by a Conv gets the library's
+    float kernel between casts all the same, as float16 is then left out of `types`); not measured on ARM hardware.
+    """
+    if ops is not None and ops != "all" and "GlobalAveragePool" not in ops:
+        return False
+    if not _fp16_vector_cpu():
+        return False
+    if forced:
+        return True
+    if nodes is None:
+        nodes = _read_model(model)[1]
+    return not any(op in _NHWC_REWRITTEN_OPS for op, *_ in nodes)
+
+
+def _fp16_vector_cpu():
+    """aarch64 with FP16 vector arithmetic (HWCAP_ASIMDHP), the CPUs on which ORT registers its float16 kernels."""
+    import platform
+
+    if platform.machine().lower() not in ("aarch64", "arm64"):
+        return False
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+    except (OSError, AttributeError):
+        return False
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    at_hwcap, hwcap_asimdhp = 16, 1 << 10
+    return bool(getauxval(at_hwcap) & hwcap_asimdhp)
+
+
+def _disable_optimizer(so, name):
+    """Adds name to the session's optimization.disable_specified_optimizers, keeping what is already there."""
+    key = "optimization.disable_specified_optimizers"
+    try:
+        current = so.get_session_config_entry(key)
+    except Exception:  # not set: onnxruntime raises
+        current = ""
+    names = [n for n in current.split(",") if n]
+    if name not in names:
+        so.add_session_config_entry(key, ",".join([*names, name]))
 
 
 _POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")

@@ -222,6 +222,14 @@ def test_model_runs_with_library(path, threads):
         assert y.dtype == r.dtype and y.shape == r.shape
         if y.dtype.kind in "iu":
             np.testing.assert_array_equal(y, r, err_msg=path.name)
+        elif y.dtype == np.float16 and onnx_pools._fp16_vector_cpu():
+            # aarch64 with FP16 arithmetic: stock ORT runs float16 Convs and pools in float16 arithmetic (its NHWC
+            # kernels), so its outputs carry float16 sums' rounding (0.4% seen); the library's own values are
+            # checked against the float64 reference above
+            top = float(np.abs(r.astype(np.float64)).max())
+            np.testing.assert_allclose(
+                y.astype(np.float64), r.astype(np.float64), rtol=1e-2, atol=1e-2 * top, err_msg=path.name
+            )
         elif y.dtype == np.float16:  # stock runs float16 via Casts to float: one rounding apart at most
             np.testing.assert_allclose(
                 y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5, err_msg=path.name
