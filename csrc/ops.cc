@@ -221,7 +221,7 @@ std::vector<int64_t> spatial_dims(const Shape& shape, bool channels_last) {
 class GlobalPool final : public OpKernel {
  public:
   GlobalPool(Reduction reduction, std::string op, const ElementType& type, const AttributeReader& attrs)
-      : reduction_(reduction), op_(std::move(op)), type_(static_cast<FloatType>(type.index)), bytes_(type.bytes) {
+      : reduction_(reduction), op_(std::move(op)), type_(type) {
     if (reduction == Reduction::Lp) lp_ = read_lp_norm(attrs, op_);
   }
 
@@ -247,8 +247,8 @@ class GlobalPool final : public OpKernel {
     for (size_t i = 2; i < x.shape.size(); ++i) out_shape[i] = 1;
     void* y = output(ctx, out_shape, x.shape.size());
     if (channels == 0) return;
-    const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
-    const size_t bytes = bytes_;
+    const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][type_.index];
+    const size_t bytes = type_.bytes;
     const AlignedIo io(x.data, static_cast<size_t>(channels * size) * bytes, y, static_cast<size_t>(channels) * bytes,
                        bytes);
     parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
@@ -260,8 +260,7 @@ class GlobalPool final : public OpKernel {
  private:
   Reduction reduction_;
   std::string op_;
-  FloatType type_;
-  size_t bytes_;
+  const ElementType& type_;  // a row of kElementTypes: its index is the FloatType
   LpNorm lp_;
 };
 
@@ -269,8 +268,7 @@ class LpPool final : public OpKernel {
  public:
   LpPool(std::string op, const ElementType& type, const AttributeReader& attrs)
       : op_(std::move(op)),
-        type_(static_cast<FloatType>(type.index)),
-        bytes_(type.bytes),
+        type_(type),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
         lp_(read_lp_norm(attrs, op_)) {}
 
@@ -282,12 +280,12 @@ class LpPool final : public OpKernel {
     for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
     const int64_t planes = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
     // in bytes too: ORT's allocator would otherwise fail on the size without naming the op
-    checked_product({checked_product(out_shape, op_.c_str(), "output 'Y'"), static_cast<int64_t>(bytes_)}, op_.c_str(),
-                    "output 'Y' (in bytes)");
+    checked_product({checked_product(out_shape, op_.c_str(), "output 'Y'"), static_cast<int64_t>(type_.bytes)},
+                    op_.c_str(), "output 'Y' (in bytes)");
     void* y = output(ctx, out_shape.data(), out_shape.size());
     if (planes == 0 || g.out_size == 0) return;
-    const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
-    const size_t bytes = bytes_;
+    const LpPoolFn fn = kernels().lp_pool[type_.index];
+    const size_t bytes = type_.bytes;
     // cost per plane: a window costs at most its in-bounds elements (no overflow with huge kernels)
     const int64_t window_cost = std::min(g.kernel_size, g.in_size);
     const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
@@ -303,8 +301,7 @@ class LpPool final : public OpKernel {
 
  private:
   std::string op_;
-  FloatType type_;
-  size_t bytes_;
+  const ElementType& type_;  // its index is the FloatType
   PoolAttributes attrs_;
   LpNorm lp_;
 };
@@ -313,8 +310,7 @@ class QLinearAveragePool final : public OpKernel {
  public:
   QLinearAveragePool(std::string op, const ElementType& type, const AttributeReader& attrs)
       : op_(std::move(op)),
-        type_(static_cast<QuantType>(type.index)),
-        bytes_(type.bytes),
+        type_(type),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
         count_include_pad_(read_flag(attrs, "count_include_pad", op_)),
         channels_last_(read_flag(attrs, "channels_last", op_)) {}
@@ -341,18 +337,19 @@ class QLinearAveragePool final : public OpKernel {
     void* y = output(ctx, out_shape.data(), out_shape.size());
     if (n == 0 || c == 0 || g.out_size == 0) return;
 
-    const int k = static_cast<int>(type_);
+    const int k = type_.index;
+    const int64_t bytes = static_cast<int64_t>(type_.bytes);
     if (channels_last_) {
       const QLinearPoolFn fn = kernels().qlinear_nhwc[k];
       parallel_for(ctx, n, (g.in_size + g.out_size * 4) * c, [&](int64_t begin, int64_t end) {
-        fn(static_cast<const char*>(x.data) + begin * g.in_size * c * bytes_,
-           static_cast<char*>(y) + begin * g.out_size * c * bytes_, end - begin, c, g, q);
+        fn(static_cast<const char*>(x.data) + begin * g.in_size * c * bytes,
+           static_cast<char*>(y) + begin * g.out_size * c * bytes, end - begin, c, g, q);
       });
     } else {
       const QLinearPoolFn fn = kernels().qlinear_nchw[k];
       parallel_for(ctx, n * c, g.in_size + g.out_size * 4, [&](int64_t begin, int64_t end) {
-        fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes_,
-           static_cast<char*>(y) + begin * g.out_size * bytes_, end - begin, 1, g, q);
+        fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
+           static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, 1, g, q);
       });
     }
   }
@@ -375,7 +372,7 @@ class QLinearAveragePool final : public OpKernel {
     if (t.data == nullptr) return 0;  // an absent zero point is 0
     if (!is_scalar(t))
       fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
-    switch (type_) {
+    switch (static_cast<QuantType>(type_.index)) {
 #define ONNX_POOLS_READ_ZERO_POINT(e, T, onnx, name) \
   case QuantType::e: return *static_cast<const T*>(t.data);
       ONNX_POOLS_QUANT_TYPES(ONNX_POOLS_READ_ZERO_POINT)
@@ -385,8 +382,7 @@ class QLinearAveragePool final : public OpKernel {
   }
 
   std::string op_;
-  QuantType type_;
-  size_t bytes_;
+  const ElementType& type_;  // its index is the QuantType
   PoolAttributes attrs_;
   bool count_include_pad_, channels_last_;
 };

@@ -31,27 +31,30 @@ def get_library_path():
 
 _lib = None
 
+# The library's C entry points: name -> (result type, argument types).
+_C, _I, _U64 = ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64
+_ENTRY_POINTS = {
+    "onnx_pools_op_count": (_I, []),
+    "onnx_pools_op_name": (_C, [_I]),
+    "onnx_pools_op_domain": (_C, [_I]),
+    "onnx_pools_op_versions": (_C, [_I]),
+    "onnx_pools_op_takes_type": (_I, [_I, _I]),
+    "onnx_pools_type_count": (_I, []),
+    "onnx_pools_type_name": (_C, [_I]),
+    "onnx_pools_call_count": (_U64, [_I]),
+    "onnx_pools_reset_call_counts": (None, []),
+    "onnx_pools_isa": (_C, []),
+}
+
 
 def _library():
     """The library loaded into this process (the same instance ORT loads, so its counters are shared)."""
     global _lib
     if _lib is None:
         lib = ctypes.CDLL(get_library_path())
-        lib.onnx_pools_op_count.restype = ctypes.c_int
-        lib.onnx_pools_op_name.restype = ctypes.c_char_p
-        lib.onnx_pools_op_name.argtypes = [ctypes.c_int]
-        lib.onnx_pools_op_domain.restype = ctypes.c_char_p
-        lib.onnx_pools_op_domain.argtypes = [ctypes.c_int]
-        lib.onnx_pools_op_versions.restype = ctypes.c_char_p
-        lib.onnx_pools_op_versions.argtypes = [ctypes.c_int]
-        lib.onnx_pools_op_takes_type.restype = ctypes.c_int
-        lib.onnx_pools_op_takes_type.argtypes = [ctypes.c_int, ctypes.c_int]
-        lib.onnx_pools_type_count.restype = ctypes.c_int
-        lib.onnx_pools_type_name.restype = ctypes.c_char_p
-        lib.onnx_pools_type_name.argtypes = [ctypes.c_int]
-        lib.onnx_pools_call_count.restype = ctypes.c_uint64
-        lib.onnx_pools_call_count.argtypes = [ctypes.c_int]
-        lib.onnx_pools_isa.restype = ctypes.c_char_p
+        for name, (result, arguments) in _ENTRY_POINTS.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = result, arguments
         _lib = lib
     return _lib
 
