@@ -29,23 +29,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_POOLS = 0, 1, 2, 3
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-# TensorProto element type -> name (short, as printed)
-_ELEM_NAMES = {
-    1: "float",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-    11: "double",
-    12: "uint32",
-    13: "uint64",
-    16: "bfloat16",
-}
-
 
 class CliError(Exception):
     """An error reported as one line `error: ...` with an exit status."""
@@ -179,9 +162,13 @@ def value_types(model):
 
 
 def elem_name(vi):
+    """ONNX's name of the element type, lower case ("float", "bfloat16"): the names of onnx_pools.TYPES."""
+    from onnx import TensorProto
+
     if vi is None:
         return "?"
-    return _ELEM_NAMES.get(vi.type.tensor_type.elem_type, str(vi.type.tensor_type.elem_type))
+    t = vi.type.tensor_type.elem_type
+    return TensorProto.DataType.Name(t).lower() if t in TensorProto.DataType.values() else str(t)
 
 
 def _attr_str(node):
