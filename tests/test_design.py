@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 import onnx_pools
 import reference as R
-from conftest import IR_VERSION, ONNX_TYPES, counts_one_run, make_model, make_session, run_session
+from conftest import ONNX_TYPES, counts_one_run, make_model, make_session, run_session
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
+from test_qlinear_average_pool import build_model as build_qlinear_model
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -69,29 +70,11 @@ def _qlinear(type_name):
     dtype = QUANT_TYPES[type_name]
     lo, hi = QRANGE[dtype]
     x = np.random.default_rng(5).integers(lo, hi + 1, [1, 2, 6, 5]).astype(dtype)
-    q = {"xs": np.float32(0.05), "xz": dtype.type(3), "ys": np.float32(0.03), "yz": dtype.type(-2 if lo < 0 else 7)}
-    node = helper.make_node(
-        "QLinearAveragePool",
-        ["X", "xs", "xz", "ys", "yz"],
-        ["Y"],
-        domain="com.microsoft",
-        kernel_shape=[3, 2],
-        pads=[1, 0, 1, 1],
-    )
-    elem = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8}[type_name]
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info("X", elem, list(x.shape))],
-        [helper.make_tensor_value_info("Y", elem, None)],
-        [numpy_helper.from_array(np.array(v), k) for k, v in q.items()],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 19), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = IR_VERSION
-    want, pre = qlinear_average_pool(x, q["xs"], q["xz"], q["ys"], q["yz"], [3, 2], pads=[1, 0, 1, 1])
-    return model, x, want, near_tie(pre)
+    q = {"xs": 0.05, "xz": 3, "ys": 0.03, "yz": -2 if lo < 0 else 7}
+    attrs = {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1]}
+    model, feeds = build_qlinear_model(x.shape, dtype, attrs, q)
+    want, pre = qlinear_average_pool(x, q["xs"], q["xz"], q["ys"], q["yz"], **attrs)
+    return model, dict(feeds, X=x), want, near_tie(pre)
 
 
 @pytest.mark.parametrize(
@@ -100,10 +83,10 @@ def _qlinear(type_name):
 )
 def test_every_row_version_and_type_runs(op, version, type_name):
     if op == "QLinearAveragePool":
-        model, x, want, tie = _qlinear(type_name)
+        model, feeds, want, tie = _qlinear(type_name)
         sess = make_session(model, ops="all")
         with counts_one_run(op):
-            (y,) = run_session(sess, {"X": x})
+            (y,) = run_session(sess, feeds)
         assert y.dtype == want.dtype and y.shape == want.shape
         diff = np.abs(y.astype(np.int32) - want.astype(np.int32))
         assert diff.max() <= 1 and not diff[~tie].any()  # one step only where float order decides a tie
