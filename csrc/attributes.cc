@@ -10,6 +10,15 @@ bool ok(OrtStatus* status) {
   return false;
 }
 
+// A single INT or FLOAT attribute of a shape-inference context; nullopt when absent (attr null) or of another type.
+template <class V>
+std::optional<V> read_scalar(const OrtOpAttr* attr, OrtOpAttrType type) {
+  V value{};
+  size_t bytes = 0;
+  if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, type, &value, sizeof value, &bytes))) return std::nullopt;
+  return value;
+}
+
 }  // namespace
 
 std::optional<std::vector<int64_t>> KernelInfoAttributes::get_ints(const char* name) const {
@@ -82,23 +91,11 @@ std::optional<std::vector<int64_t>> ShapeInferAttributes::get_ints(const char* n
 }
 
 std::optional<int64_t> ShapeInferAttributes::get_integer(const char* name) const {
-  const OrtOpAttr* attr = find(name);
-  int64_t value = 0;
-  size_t bytes = 0;
-  if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INT, &value, sizeof value, &bytes))) {
-    return std::nullopt;
-  }
-  return value;
+  return read_scalar<int64_t>(find(name), ORT_OP_ATTR_INT);
 }
 
 std::optional<float> ShapeInferAttributes::get_real(const char* name) const {
-  const OrtOpAttr* attr = find(name);
-  float value = 0;
-  size_t bytes = 0;
-  if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_FLOAT, &value, sizeof value, &bytes))) {
-    return std::nullopt;
-  }
-  return value;
+  return read_scalar<float>(find(name), ORT_OP_ATTR_FLOAT);
 }
 
 std::optional<std::string> ShapeInferAttributes::get_text(const char* name) const {

@@ -1,19 +1,13 @@
-// Element types: 16-bit float storage, scalar conversions, and the accumulator type of each element type.
+// Element types: scalar conversions and the accumulator type of each float type (the types themselves are the rows
+// of element_types.h).
 #pragma once
-#include <onnxruntime_c_api.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-namespace onnx_pools {
+#include "element_types.h"
 
-struct Float16 {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
+namespace onnx_pools {
 
 // Functions below have internal linkage on purpose: this header is compiled into the per-ISA kernel files
 // with different instruction-set flags, and the linker must not merge an AVX-512 copy into portable code.
@@ -70,37 +64,17 @@ inline BFloat16 to_bfloat16(float f) {
 
 }  // namespace
 
-// Accumulator per element type: float for float and the 16-bit floats, double for double.
+// Accumulator per float type (the table's accumulator column): float for float and the 16-bit floats, double for
+// double.
 template <class T>
 struct ElementTraits;
-template <>
-struct ElementTraits<float> {
-  using Acc = float;
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-};
-template <>
-struct ElementTraits<double> {
-  using Acc = double;
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
-};
-template <>
-struct ElementTraits<Float16> {
-  using Acc = float;
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-};
-template <>
-struct ElementTraits<BFloat16> {
-  using Acc = float;
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-};
-template <>
-struct ElementTraits<uint8_t> {
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
-};
-template <>
-struct ElementTraits<int8_t> {
-  static constexpr ONNXTensorElementDataType onnx_type = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
-};
+#define ONNX_POOLS_ELEMENT_TRAITS(e, T, A, onnx, name) \
+  template <>                                          \
+  struct ElementTraits<T> {                            \
+    using Acc = A;                                     \
+  };
+ONNX_POOLS_FLOAT_TYPES(ONNX_POOLS_ELEMENT_TRAITS)
+#undef ONNX_POOLS_ELEMENT_TRAITS
 
 template <class T>
 using AccOf = typename ElementTraits<T>::Acc;

@@ -4,12 +4,12 @@
 #pragma once
 #include <cstdint>
 
+#include "element_types.h"
 #include "pool_geometry.h"
 
 namespace onnx_pools {
 
-enum class FloatType { Float, Double, Float16, BFloat16, Count };
-enum class QuantType { UInt8, Int8, Count };
+// The tables below are indexed by FloatType / QuantType (element_types.h) and Reduction.
 enum class Reduction { Average, Max, Lp, Count };
 
 // p of an Lp norm, with the integer value when p is a small whole number (the fast paths).

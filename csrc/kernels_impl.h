@@ -46,14 +46,15 @@ const KernelTable& table() {
   static const KernelTable instance = [] {
     KernelTable k{};
     k.isa = ONNX_POOLS_STR(ONNX_POOLS_ISA);
-    fill_float_type<float>(k, FloatType::Float);
-    fill_float_type<double>(k, FloatType::Double);
-    fill_float_type<Float16>(k, FloatType::Float16);
-    fill_float_type<BFloat16>(k, FloatType::BFloat16);
-    k.qlinear_nchw[static_cast<int>(QuantType::UInt8)] = &qlinear_nchw<uint8_t>;
-    k.qlinear_nchw[static_cast<int>(QuantType::Int8)] = &qlinear_nchw<int8_t>;
-    k.qlinear_nhwc[static_cast<int>(QuantType::UInt8)] = &qlinear_nhwc<uint8_t>;
-    k.qlinear_nhwc[static_cast<int>(QuantType::Int8)] = &qlinear_nhwc<int8_t>;
+    // one line per row of element_types.h
+#define ONNX_POOLS_FILL_FLOAT(e, T, A, onnx, name) fill_float_type<T>(k, FloatType::e);
+#define ONNX_POOLS_FILL_QUANT(e, T, onnx, name)                      \
+  k.qlinear_nchw[static_cast<int>(QuantType::e)] = &qlinear_nchw<T>; \
+  k.qlinear_nhwc[static_cast<int>(QuantType::e)] = &qlinear_nhwc<T>;
+    ONNX_POOLS_FLOAT_TYPES(ONNX_POOLS_FILL_FLOAT)
+    ONNX_POOLS_QUANT_TYPES(ONNX_POOLS_FILL_QUANT)
+#undef ONNX_POOLS_FILL_FLOAT
+#undef ONNX_POOLS_FILL_QUANT
     return k;
   }();
   return instance;

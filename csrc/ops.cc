@@ -184,16 +184,11 @@ void parallel_for(OrtKernelContext* ctx, int64_t units, int64_t cost_per_unit, c
 
 // ---- attributes shared by the ops --------------------------------------------------------------------------------
 
-size_t element_bytes(FloatType type) { return type == FloatType::Float ? 4 : type == FloatType::Double ? 8 : 2; }
-
-FloatType float_type(ONNXTensorElementDataType type) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return FloatType::Float;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return FloatType::Double;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return FloatType::Float16;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return FloatType::BFloat16;
-    default: throw Error("onnx-pools: unsupported element type");
-  }
+// The table row of a kernel's element type (registration only makes kernels for the types of the op's family).
+const ElementType& element_type(ONNXTensorElementDataType onnx, TypeFamily family) {
+  const ElementType* type = find_element_type(onnx);
+  if (type == nullptr || type->family != family) throw Error("onnx-pools: unsupported element type");
+  return *type;
 }
 
 // p is a FLOAT in version 1 of GlobalLpPool and LpPool and an INT from version 2; both are accepted.
@@ -225,7 +220,7 @@ std::vector<int64_t> spatial_dims(const Shape& shape, bool channels_last) {
 
 class GlobalPool final : public OpKernel {
  public:
-  GlobalPool(Reduction reduction, std::string op, FloatType type, const AttributeReader& attrs)
+  GlobalPool(Reduction reduction, std::string op, const ElementType& type, const AttributeReader& attrs)
       : reduction_(reduction), op_(std::move(op)), type_(type) {
     if (reduction == Reduction::Lp) lp_ = read_lp_norm(attrs, op_);
   }
@@ -252,8 +247,8 @@ class GlobalPool final : public OpKernel {
     for (size_t i = 2; i < x.shape.size(); ++i) out_shape[i] = 1;
     void* y = output(ctx, out_shape, x.shape.size());
     if (channels == 0) return;
-    const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][static_cast<int>(type_)];
-    const size_t bytes = element_bytes(type_);
+    const GlobalPoolFn fn = kernels().global_pool[static_cast<int>(reduction_)][type_.index];
+    const size_t bytes = type_.bytes;
     const AlignedIo io(x.data, static_cast<size_t>(channels * size) * bytes, y, static_cast<size_t>(channels) * bytes,
                        bytes);
     parallel_for(ctx, channels, size, [&](int64_t begin, int64_t end) {
@@ -265,13 +260,13 @@ class GlobalPool final : public OpKernel {
  private:
   Reduction reduction_;
   std::string op_;
-  FloatType type_;
+  const ElementType& type_;  // a row of kElementTypes: its index is the FloatType
   LpNorm lp_;
 };
 
 class LpPool final : public OpKernel {
  public:
-  LpPool(std::string op, FloatType type, const AttributeReader& attrs)
+  LpPool(std::string op, const ElementType& type, const AttributeReader& attrs)
       : op_(std::move(op)),
         type_(type),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
@@ -285,12 +280,12 @@ class LpPool final : public OpKernel {
     for (const AxisGeometry& axis : g.axes) out_shape.push_back(axis.out);
     const int64_t planes = checked_product({x.shape[0], x.shape[1]}, op_.c_str(), "input 'X'");
     // in bytes too: ORT's allocator would otherwise fail on the size without naming the op
-    checked_product({checked_product(out_shape, op_.c_str(), "output 'Y'"), static_cast<int64_t>(element_bytes(type_))},
+    checked_product({checked_product(out_shape, op_.c_str(), "output 'Y'"), static_cast<int64_t>(type_.bytes)},
                     op_.c_str(), "output 'Y' (in bytes)");
     void* y = output(ctx, out_shape.data(), out_shape.size());
     if (planes == 0 || g.out_size == 0) return;
-    const LpPoolFn fn = kernels().lp_pool[static_cast<int>(type_)];
-    const size_t bytes = element_bytes(type_);
+    const LpPoolFn fn = kernels().lp_pool[type_.index];
+    const size_t bytes = type_.bytes;
     // cost per plane: a window costs at most its in-bounds elements (no overflow with huge kernels)
     const int64_t window_cost = std::min(g.kernel_size, g.in_size);
     const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
@@ -306,16 +301,16 @@ class LpPool final : public OpKernel {
 
  private:
   std::string op_;
-  FloatType type_;
+  const ElementType& type_;  // its index is the FloatType
   PoolAttributes attrs_;
   LpNorm lp_;
 };
 
 class QLinearAveragePool final : public OpKernel {
  public:
-  QLinearAveragePool(std::string op, ONNXTensorElementDataType type, const AttributeReader& attrs)
+  QLinearAveragePool(std::string op, const ElementType& type, const AttributeReader& attrs)
       : op_(std::move(op)),
-        type_(type == ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 ? QuantType::UInt8 : QuantType::Int8),
+        type_(type),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
         count_include_pad_(read_flag(attrs, "count_include_pad", op_)),
         channels_last_(read_flag(attrs, "channels_last", op_)) {}
@@ -342,18 +337,19 @@ class QLinearAveragePool final : public OpKernel {
     void* y = output(ctx, out_shape.data(), out_shape.size());
     if (n == 0 || c == 0 || g.out_size == 0) return;
 
-    const int k = static_cast<int>(type_);
+    const int k = type_.index;
+    const int64_t bytes = static_cast<int64_t>(type_.bytes);
     if (channels_last_) {
       const QLinearPoolFn fn = kernels().qlinear_nhwc[k];
       parallel_for(ctx, n, (g.in_size + g.out_size * 4) * c, [&](int64_t begin, int64_t end) {
-        fn(static_cast<const uint8_t*>(x.data) + begin * g.in_size * c,
-           static_cast<uint8_t*>(y) + begin * g.out_size * c, end - begin, c, g, q);
+        fn(static_cast<const char*>(x.data) + begin * g.in_size * c * bytes,
+           static_cast<char*>(y) + begin * g.out_size * c * bytes, end - begin, c, g, q);
       });
     } else {
       const QLinearPoolFn fn = kernels().qlinear_nchw[k];
       parallel_for(ctx, n * c, g.in_size + g.out_size * 4, [&](int64_t begin, int64_t end) {
-        fn(static_cast<const uint8_t*>(x.data) + begin * g.in_size, static_cast<uint8_t*>(y) + begin * g.out_size,
-           end - begin, 1, g, q);
+        fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
+           static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, 1, g, q);
       });
     }
   }
@@ -376,14 +372,40 @@ class QLinearAveragePool final : public OpKernel {
     if (t.data == nullptr) return 0;  // an absent zero point is 0
     if (!is_scalar(t))
       fail(op_, ": input '", name, "' must be a scalar (shape [] or [1]), got shape ", shape_text(t.shape));
-    return type_ == QuantType::UInt8 ? *static_cast<const uint8_t*>(t.data) : *static_cast<const int8_t*>(t.data);
+    switch (static_cast<QuantType>(type_.index)) {
+#define ONNX_POOLS_READ_ZERO_POINT(e, T, onnx, name) \
+  case QuantType::e: return *static_cast<const T*>(t.data);
+      ONNX_POOLS_QUANT_TYPES(ONNX_POOLS_READ_ZERO_POINT)
+#undef ONNX_POOLS_READ_ZERO_POINT
+      default: fail(op_, ": unsupported element type");
+    }
   }
 
   std::string op_;
-  QuantType type_;
+  const ElementType& type_;  // its index is the QuantType
   PoolAttributes attrs_;
   bool count_include_pad_, channels_last_;
 };
+
+// ---- the op table ---------------------------------------------------------------------------------------------
+
+template <Reduction R>
+std::unique_ptr<OpKernel> make_global_pool(const std::string& op, ONNXTensorElementDataType type,
+                                           const AttributeReader& attrs) {
+  return std::make_unique<GlobalPool>(R, op, element_type(type, TypeFamily::Float), attrs);
+}
+std::unique_ptr<OpKernel> make_lp_pool(const std::string& op, ONNXTensorElementDataType type,
+                                       const AttributeReader& attrs) {
+  return std::make_unique<LpPool>(op, element_type(type, TypeFamily::Float), attrs);
+}
+std::unique_ptr<OpKernel> make_qlinear_average_pool(const std::string& op, ONNXTensorElementDataType type,
+                                                    const AttributeReader& attrs) {
+  return std::make_unique<QLinearAveragePool>(op, element_type(type, TypeFamily::Quant), attrs);
+}
+
+const std::vector<OpInput> kPoolInputs = {{true, false}};
+// X, x_scale, x_zero_point?, y_scale, y_zero_point?
+const std::vector<OpInput> kQLinearInputs = {{true, false}, {false, false}, {true, true}, {false, false}, {true, true}};
 
 std::atomic<uint64_t> g_unknown_dims{0};
 
@@ -405,9 +427,26 @@ void set_output_shape(OrtShapeInferContext* ctx, ONNXTensorElementDataType type,
 
 }  // namespace
 
-std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTensorElementDataType type,
+// One row per op (order: the Python loader's OPS and call_counts). Adding an op = a row + its kernel class and
+// factory above; a row's types are every element type of its family.
+const std::vector<OpDefinition>& op_table() {
+  static const std::vector<OpDefinition> table = {
+      {"", "GlobalAveragePool", "1,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
+       &make_global_pool<Reduction::Average>},
+      {"", "GlobalMaxPool", "1,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
+       &make_global_pool<Reduction::Max>},
+      {"", "GlobalLpPool", "1,2,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
+       &make_global_pool<Reduction::Lp>},
+      {"", "LpPool", "1,2,11,18,22", TypeFamily::Float, kPoolInputs, OutputShape::Windowed, &make_lp_pool},
+      {"com.microsoft", "QLinearAveragePool", "1", TypeFamily::Quant, kQLinearInputs, OutputShape::WindowedNhwc,
+       &make_qlinear_average_pool},
+  };
+  return table;
+}
+
+std::unique_ptr<OpKernel> create_kernel(const OpDefinition& def, ONNXTensorElementDataType type,
                                         const OrtKernelInfo* info) {
-  std::string op = op_name;
+  std::string op = def.name;
   size_t size = 0;
   OrtStatus* probe = g_ort->KernelInfo_GetNodeName(info, nullptr, &size);
   if (probe != nullptr) g_ort->ReleaseStatus(probe);
@@ -421,18 +460,11 @@ std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTe
     }
   }
   const KernelInfoAttributes attrs(info, op);
-  switch (kind) {
-    case OpKind::GlobalAveragePool:
-      return std::make_unique<GlobalPool>(Reduction::Average, op, float_type(type), attrs);
-    case OpKind::GlobalMaxPool: return std::make_unique<GlobalPool>(Reduction::Max, op, float_type(type), attrs);
-    case OpKind::GlobalLpPool: return std::make_unique<GlobalPool>(Reduction::Lp, op, float_type(type), attrs);
-    case OpKind::LpPool: return std::make_unique<LpPool>(op, float_type(type), attrs);
-    case OpKind::QLinearAveragePool: return std::make_unique<QLinearAveragePool>(op, type, attrs);
-    default: fail("onnx-pools: unknown op");
-  }
+  return def.create(op, type, attrs);
 }
 
-void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* ctx) {
+void infer_output_shape(const OpDefinition& def, OrtShapeInferContext* ctx) {
+  const char* op_name = def.name;
   // The input's type-and-shape info belongs to the context: read it, never release it.
   OrtTensorTypeAndShapeInfo* info = nullptr;
   check(g_ort->ShapeInferContext_GetInputTypeShape(ctx, 0, &info));
@@ -447,14 +479,15 @@ void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* 
   const size_t rank = x.shape.size();
   std::vector<int64_t> dims = x.shape.vector();
   std::vector<std::string> out_names(rank);
-  if (kind == OpKind::GlobalAveragePool || kind == OpKind::GlobalMaxPool || kind == OpKind::GlobalLpPool) {
+  if (def.output_shape == OutputShape::Global) {
     for (size_t i = 2; i < rank; ++i) dims[i] = 1;
     out_names[0] = names[0];
     out_names[1] = names[1];
   } else {
     const ShapeInferAttributes attrs(ctx, op_name);
     const PoolAttributes pool = read_pool_attributes(attrs, op_name);
-    const bool channels_last = kind == OpKind::QLinearAveragePool && read_flag(attrs, "channels_last", op_name);
+    const bool channels_last =
+        def.output_shape == OutputShape::WindowedNhwc && read_flag(attrs, "channels_last", op_name);
     const size_t first = channels_last ? 1 : 2;
     for (size_t i = 0; i < rank; ++i) {
       const bool spatial = i >= first && i < first + (rank - 2);

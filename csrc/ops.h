@@ -1,13 +1,15 @@
-// The ops: what each reads from the node, how it checks its inputs, and how it splits work over ORT's
-// intra-op threads. The arithmetic lives in the kernels (kernels.h).
+// The ops: one row each in op_table() (ops.cc), with what each reads from the node, how it checks its inputs, and
+// how it splits work over ORT's intra-op threads. The arithmetic lives in the kernels (kernels.h).
 #pragma once
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "attributes.h"
+#include "element_types.h"
 #include "ort_api.h"
 
 namespace onnx_pools {
-
-enum class OpKind { GlobalAveragePool, GlobalMaxPool, GlobalLpPool, LpPool, QLinearAveragePool, Count };
 
 class OpKernel {
  public:
@@ -15,11 +17,41 @@ class OpKernel {
   virtual void compute(OrtKernelContext* ctx) = 0;
 };
 
-// Reads and checks the node's attributes; throws Error (reported when the session is created).
-std::unique_ptr<OpKernel> create_kernel(OpKind kind, const char* op_name, ONNXTensorElementDataType type,
+// One input of an op: its element type is the kernel's type ("T") or always float; optional or not.
+struct OpInput {
+  bool element_typed;
+  bool optional;
+};
+
+// How shape inference gets the output shape from the input's.
+enum class OutputShape {
+  Global,        // N x C x 1 x ... x 1
+  Windowed,      // N x C x (the pool geometry of each spatial axis)
+  WindowedNhwc,  // as Windowed, or N x (spatial axes) x C when the attribute channels_last is 1
+};
+
+// Makes the kernel of one node: reads and checks its attributes; throws Error (reported when the session is created).
+// `op` names the op and the node for messages.
+using KernelFactory = std::unique_ptr<OpKernel> (*)(const std::string& op, ONNXTensorElementDataType type,
+                                                    const AttributeReader& attrs);
+
+struct OpDefinition {
+  const char* domain;
+  const char* name;
+  const char* versions;  // the op's versions in its domain ("1,22"): one kernel serves them all
+  TypeFamily types;      // one kernel per element type of that family (element_types.h)
+  std::vector<OpInput> inputs;
+  OutputShape output_shape;
+  KernelFactory create;
+};
+
+// The ops the library implements; registration, the call counters and the Python loader all read this table.
+const std::vector<OpDefinition>& op_table();
+
+std::unique_ptr<OpKernel> create_kernel(const OpDefinition& def, ONNXTensorElementDataType type,
                                         const OrtKernelInfo* info);
 
 // Exact output shape at load time; leaves the shape unknown when the input's is or the attributes don't fit.
-void infer_output_shape(OpKind kind, const char* op_name, OrtShapeInferContext* ctx);
+void infer_output_shape(const OpDefinition& def, OrtShapeInferContext* ctx);
 
 }  // namespace onnx_pools

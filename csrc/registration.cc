@@ -1,10 +1,11 @@
-// Registration: one declarative table of (domain, op, element types) -> kernel, turned into ORT custom ops.
-// Also the C entry points the Python loader reads (call counters, chosen instruction set).
+// Registration: the op table (ops.cc) x the element types of each op's family (element_types.h), turned into ORT
+// custom ops. Also the C entry points the Python loader reads (the tables, call counters, chosen instruction set).
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,44 +37,15 @@ void check(OrtStatus* status) {
 
 namespace {
 
-constexpr ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-constexpr ONNXTensorElementDataType F64 = ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
-constexpr ONNXTensorElementDataType F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-constexpr ONNXTensorElementDataType BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-constexpr ONNXTensorElementDataType U8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
-constexpr ONNXTensorElementDataType S8 = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8;
-
-// One input of an op: its element type is the kernel's type ("T") or always float; optional or not.
-struct Param {
-  bool element_typed;
-  bool optional;
-};
-const std::vector<Param> kPoolInputs = {{true, false}};
-// X, x_scale, x_zero_point?, y_scale, y_zero_point?
-const std::vector<Param> kQLinearInputs = {{true, false}, {false, false}, {true, true}, {false, false}, {true, true}};
-
-struct OpDefinition {
-  const char* domain;
-  const char* name;
-  OpKind kind;
-  const std::vector<Param>* inputs;
-  std::vector<ONNXTensorElementDataType> types;  // one kernel per type; every type any version of the op allows
-};
-
-// The table. Adding an op or a type is one line here (and the kernel behind OpKind).
-const std::vector<OpDefinition> kOps = {
-    {"", "GlobalAveragePool", OpKind::GlobalAveragePool, &kPoolInputs, {F32, F64, F16, BF16}},
-    {"", "GlobalMaxPool", OpKind::GlobalMaxPool, &kPoolInputs, {F32, F64, F16, BF16}},
-    {"", "GlobalLpPool", OpKind::GlobalLpPool, &kPoolInputs, {F32, F64, F16, BF16}},
-    {"", "LpPool", OpKind::LpPool, &kPoolInputs, {F32, F64, F16, BF16}},
-    {"com.microsoft", "QLinearAveragePool", OpKind::QLinearAveragePool, &kQLinearInputs, {U8, S8}},
-};
-
-std::atomic<uint64_t> g_calls[static_cast<int>(OpKind::Count)];
+// Calls of each op of op_table(), by row.
+std::atomic<uint64_t>* call_counters() {
+  static const std::unique_ptr<std::atomic<uint64_t>[]> counters(new std::atomic<uint64_t>[op_table().size()]());
+  return counters.get();
+}
 
 // What ORT holds for one node: the kernel and the op it counts as.
 struct NodeKernel {
-  OpKind kind;
+  std::atomic<uint64_t>* calls;
   std::unique_ptr<OpKernel> kernel;
 };
 
@@ -86,22 +58,23 @@ constexpr const char* kSchemaOnlyProvider = "onnx_pools.SchemaOnly";
 
 struct CustomOp : OrtCustomOp {
   const OpDefinition* def;
+  const ElementType* element;
   ONNXTensorElementDataType type;
   bool schema_only;
 
-  CustomOp(const OpDefinition* d, ONNXTensorElementDataType t, bool schema)
-      : OrtCustomOp{}, def(d), type(t), schema_only(schema) {
+  CustomOp(const OpDefinition* d, const ElementType* t, bool schema)
+      : OrtCustomOp{}, def(d), element(t), type(t->onnx), schema_only(schema) {
     version = kOrtApiVersion;  // ORT reads only the OrtCustomOp members of that version
     GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
     GetExecutionProviderType = [](const OrtCustomOp* op) -> const char* {
       return self(op).schema_only ? kSchemaOnlyProvider : nullptr;  // nullptr: CPU
     };
-    GetInputTypeCount = [](const OrtCustomOp* op) { return self(op).def->inputs->size(); };
+    GetInputTypeCount = [](const OrtCustomOp* op) { return self(op).def->inputs.size(); };
     GetInputType = [](const OrtCustomOp* op, size_t i) {
-      return (*self(op).def->inputs)[i].element_typed ? self(op).type : F32;
+      return self(op).def->inputs[i].element_typed ? self(op).type : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
     GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
-      return (*self(op).def->inputs)[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+      return self(op).def->inputs[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
     };
     GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
     GetOutputType = [](const OrtCustomOp* op, size_t) { return self(op).type; };
@@ -117,24 +90,24 @@ struct CustomOp : OrtCustomOp {
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
       return guarded([&] {
         const CustomOp& me = self(op);
-        *kernel = new NodeKernel{me.def->kind, create_kernel(me.def->kind, me.def->name, me.type, info)};
+        *kernel = new NodeKernel{&call_counters()[me.def - op_table().data()], create_kernel(*me.def, me.type, info)};
       });
     };
     KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) {
       return guarded([&] {
         NodeKernel* node = static_cast<NodeKernel*>(kernel);
-        g_calls[static_cast<int>(node->kind)].fetch_add(1, std::memory_order_relaxed);
+        node->calls->fetch_add(1, std::memory_order_relaxed);
         node->kernel->compute(ctx);
       });
     };
     KernelDestroy = [](void* kernel) { delete static_cast<NodeKernel*>(kernel); };
     bool has_optional = false;
-    for (const Param& p : *d->inputs) has_optional = has_optional || p.optional;
+    for (const OpInput& input : d->inputs) has_optional = has_optional || input.optional;
     if (has_optional && !g_shape_inference_with_optional_inputs) return;
     InferOutputShapeFn = [](const OrtCustomOp* op, OrtShapeInferContext* ctx) -> OrtStatus* {
       // Best effort: a model the kernel would reject still loads here, and the kernel names the problem.
       try {
-        infer_output_shape(self(op).def->kind, self(op).def->name, ctx);
+        infer_output_shape(*self(op).def, ctx);
       } catch (...) {
       }
       return nullptr;
@@ -149,8 +122,9 @@ const std::vector<CustomOp>& all_custom_ops() {
   static const std::vector<CustomOp> ops = [] {
     std::vector<CustomOp> v;
     for (bool schema_only : {false, true})
-      for (const OpDefinition& def : kOps)
-        for (ONNXTensorElementDataType t : def.types) v.emplace_back(&def, t, schema_only);
+      for (const OpDefinition& def : op_table())
+        for (const ElementType& t : kElementTypes)
+          if (t.family == def.types) v.emplace_back(&def, &t, schema_only);
     return v;
   }();
   return ops;
@@ -170,18 +144,6 @@ Domains g_domains;
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
 constexpr const char* kTypesConfigKey = "onnx_pools.types";
-
-const char* type_name(ONNXTensorElementDataType type) {
-  switch (type) {
-    case F32: return "float";
-    case F64: return "double";
-    case F16: return "float16";
-    case BF16: return "bfloat16";
-    case U8: return "uint8";
-    case S8: return "int8";
-    default: return "?";
-  }
-}
 
 // The session config entry `key`, or nullptr-like false when absent.
 bool config_entry(const OrtSessionOptions* options, const char* key, std::string& value) {
@@ -219,7 +181,7 @@ std::set<std::string> name_list(const std::string& value, const std::set<std::st
 // and are unaffected.
 std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   std::set<std::string> all, standard;
-  for (const OpDefinition& def : kOps) {
+  for (const OpDefinition& def : op_table()) {
     all.insert(def.name);
     if (std::string(def.domain).empty()) standard.insert(def.name);
   }
@@ -234,8 +196,7 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
 // Python loader decides that from the model).
 std::set<std::string> selected_types(const OrtSessionOptions* options) {
   std::set<std::string> all;
-  for (const OpDefinition& def : kOps)
-    for (ONNXTensorElementDataType t : def.types) all.insert(type_name(t));
+  for (const ElementType& t : kElementTypes) all.insert(t.name);
   std::string value;
   if (!config_entry(options, kTypesConfigKey, value) || value == "all") return all;
   return name_list(value, all, kTypesConfigKey, "element type");
@@ -246,7 +207,7 @@ void register_ops(OrtSessionOptions* options) {
   const std::set<std::string> types = selected_types(options);
   // An op taken registers every type: the chosen ones for the CPU provider, the others schema-only.
   auto taken = [&](const CustomOp& op) {
-    return chosen.count(op.def->name) && types.count(type_name(op.type)) != static_cast<size_t>(op.schema_only);
+    return chosen.count(op.def->name) && types.count(op.element->name) != static_cast<size_t>(op.schema_only);
   };
   // One set of domains per selection, made once and shared by every session that asks for it: ORT keeps only
   // pointers, and a domain made per registration would be held (leaked) for the life of the process.
@@ -338,13 +299,25 @@ ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* o
   return guarded([&] { register_ops(options); });
 }
 
-ONNX_POOLS_EXPORT int onnx_pools_op_count() { return static_cast<int>(kOps.size()); }
-ONNX_POOLS_EXPORT const char* onnx_pools_op_name(int i) { return kOps.at(static_cast<size_t>(i)).name; }
-ONNX_POOLS_EXPORT const char* onnx_pools_op_domain(int i) { return kOps.at(static_cast<size_t>(i)).domain; }
+// The tables, for the Python loader (onnx_pools.OPS, onnx_pools.TYPES and the tests of the README's tables).
+ONNX_POOLS_EXPORT int onnx_pools_op_count() { return static_cast<int>(op_table().size()); }
+ONNX_POOLS_EXPORT const char* onnx_pools_op_name(int i) { return op_table().at(static_cast<size_t>(i)).name; }
+ONNX_POOLS_EXPORT const char* onnx_pools_op_domain(int i) { return op_table().at(static_cast<size_t>(i)).domain; }
+ONNX_POOLS_EXPORT const char* onnx_pools_op_versions(int i) { return op_table().at(static_cast<size_t>(i)).versions; }
+ONNX_POOLS_EXPORT int onnx_pools_type_count() { return static_cast<int>(std::size(kElementTypes)); }
+ONNX_POOLS_EXPORT const char* onnx_pools_type_name(int j) {
+  return j >= 0 && j < onnx_pools_type_count() ? kElementTypes[j].name : nullptr;
+}
+// Whether op i has a kernel for element type j (numbered as by onnx_pools_type_name).
+ONNX_POOLS_EXPORT int onnx_pools_op_takes_type(int i, int j) {
+  return j >= 0 && j < onnx_pools_type_count() &&
+         op_table().at(static_cast<size_t>(i)).types == kElementTypes[j].family;
+}
 ONNX_POOLS_EXPORT uint64_t onnx_pools_call_count(int i) {
-  return g_calls[static_cast<int>(kOps.at(static_cast<size_t>(i)).kind)].load();
+  op_table().at(static_cast<size_t>(i));  // the same range check as the names
+  return call_counters()[i].load();
 }
 ONNX_POOLS_EXPORT void onnx_pools_reset_call_counts() {
-  for (auto& c : g_calls) c.store(0);
+  for (size_t i = 0; i < op_table().size(); ++i) call_counters()[i].store(0);
 }
 ONNX_POOLS_EXPORT const char* onnx_pools_isa() { return kernels().isa; }

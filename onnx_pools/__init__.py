@@ -13,8 +13,8 @@ import os
 __version__ = "0.1.0"
 
 _LIBRARY_NAME = "libonnx_pools.so"
-# Session config entries the library reads in RegisterCustomOps: comma-separated ops it takes over, and element
-# types its kernels take (float, double, float16, bfloat16, uint8, int8; default all).
+# Session config entries the library reads in RegisterCustomOps: comma-separated ops it takes over (names in OPS),
+# and element types its kernels take (names in TYPES); default all.
 OPS_CONFIG_KEY = "onnx_pools.ops"
 TYPES_CONFIG_KEY = "onnx_pools.types"
 
@@ -31,28 +31,56 @@ def get_library_path():
 
 _lib = None
 
+# The library's C entry points: name -> (result type, argument types).
+_C, _I, _U64 = ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64
+_ENTRY_POINTS = {
+    "onnx_pools_op_count": (_I, []),
+    "onnx_pools_op_name": (_C, [_I]),
+    "onnx_pools_op_domain": (_C, [_I]),
+    "onnx_pools_op_versions": (_C, [_I]),
+    "onnx_pools_op_takes_type": (_I, [_I, _I]),
+    "onnx_pools_type_count": (_I, []),
+    "onnx_pools_type_name": (_C, [_I]),
+    "onnx_pools_call_count": (_U64, [_I]),
+    "onnx_pools_reset_call_counts": (None, []),
+    "onnx_pools_isa": (_C, []),
+}
+
 
 def _library():
     """The library loaded into this process (the same instance ORT loads, so its counters are shared)."""
     global _lib
     if _lib is None:
         lib = ctypes.CDLL(get_library_path())
-        lib.onnx_pools_op_count.restype = ctypes.c_int
-        lib.onnx_pools_op_name.restype = ctypes.c_char_p
-        lib.onnx_pools_op_name.argtypes = [ctypes.c_int]
-        lib.onnx_pools_op_domain.restype = ctypes.c_char_p
-        lib.onnx_pools_op_domain.argtypes = [ctypes.c_int]
-        lib.onnx_pools_call_count.restype = ctypes.c_uint64
-        lib.onnx_pools_call_count.argtypes = [ctypes.c_int]
-        lib.onnx_pools_isa.restype = ctypes.c_char_p
+        for name, (result, arguments) in _ENTRY_POINTS.items():
+            function = getattr(lib, name)
+            function.restype, function.argtypes = result, arguments
         _lib = lib
     return _lib
 
 
 def _ops():
+    """[(op name, domain)] in the order of the library's op table."""
+    return [(name, domain) for name, domain, _, _ in _op_table()]
+
+
+def _types():
+    """The element type names of the library's type table (csrc/element_types.h), in its order."""
     lib = _library()
+    return [lib.onnx_pools_type_name(j).decode() for j in range(lib.onnx_pools_type_count())]
+
+
+def _op_table():
+    """[(op name, domain, (opset versions), (element type names))], one row per op of the library's table."""
+    lib = _library()
+    types = _types()
     return [
-        (lib.onnx_pools_op_name(i).decode(), lib.onnx_pools_op_domain(i).decode())
+        (
+            lib.onnx_pools_op_name(i).decode(),
+            lib.onnx_pools_op_domain(i).decode(),
+            tuple(int(v) for v in lib.onnx_pools_op_versions(i).decode().split(",")),
+            tuple(t for j, t in enumerate(types) if lib.onnx_pools_op_takes_type(i, j)),
+        )
         for i in range(lib.onnx_pools_op_count())
     ]
 
@@ -65,10 +93,11 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
     com.microsoft.QLinearAveragePool when `model` (a path, bytes or ModelProto) imports the com.microsoft domain.
     Why not always: ORT registers a library's custom domain at opset 1000, which breaks its own com.microsoft
     fusions (FusedConv, ...) in models that do not import com.microsoft themselves.
-    types: "all", or element types the kernels take. Default: all, except float16 when `model` feeds a pooling
-    node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float through casts, and
-    a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels. float16 pools then run
-    on this library's float kernels between ORT's casts; models without float16 are not affected.
+    types: "all", or element types the kernels take (names in TYPES). Default: all, except float16 when `model`
+    feeds a pooling node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float
+    through casts, and a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels.
+    float16 pools then run on this library's float kernels between ORT's casts; models without float16 are not
+    affected.
     ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
     op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
@@ -94,7 +123,7 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
             if len(chosen) < len(_ops()) or "com.microsoft" in domains:
                 ops = chosen
         if types is None and _pool_fed_by_compute(nodes):
-            types = ["float", "double", "bfloat16", "uint8", "int8"]
+            types = [t for t in _types() if t != "float16"]
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
             so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
@@ -291,6 +320,8 @@ def active_isa():
 
 
 def __getattr__(name):
-    if name == "OPS":  # {op name: domain}, read from the library's registration table
+    if name == "OPS":  # {op name: domain}, read from the library's op table
         return dict(_ops())
+    if name == "TYPES":  # element type names (for `types=`), read from the library's type table
+        return tuple(_types())
     raise AttributeError(name)

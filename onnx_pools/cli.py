@@ -29,23 +29,6 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_POOLS = 0, 1, 2, 3
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-# TensorProto element type -> name (short, as printed)
-_ELEM_NAMES = {
-    1: "float",
-    2: "uint8",
-    3: "int8",
-    4: "uint16",
-    5: "int16",
-    6: "int32",
-    7: "int64",
-    9: "bool",
-    10: "float16",
-    11: "double",
-    12: "uint32",
-    13: "uint64",
-    16: "bfloat16",
-}
-
 
 class CliError(Exception):
     """An error reported as one line `error: ...` with an exit status."""
@@ -179,9 +162,13 @@ def value_types(model):
 
 
 def elem_name(vi):
+    """ONNX's name of the element type, lower case ("float", "bfloat16"): the names of onnx_pools.TYPES."""
+    from onnx import TensorProto
+
     if vi is None:
         return "?"
-    return _ELEM_NAMES.get(vi.type.tensor_type.elem_type, str(vi.type.tensor_type.elem_type))
+    t = vi.type.tensor_type.elem_type
+    return TensorProto.DataType.Name(t).lower() if t in TensorProto.DataType.values() else str(t)
 
 
 def _attr_str(node):
@@ -261,22 +248,28 @@ def random_inputs(sess, rng=None, sym_dim=1):
     return feeds
 
 
-def _to_ortvalue(v):
+def to_ortvalue(array):
+    """An OrtValue over `array`'s memory (no copy for a C-contiguous array, even a misaligned one). onnxruntime's
+    Python API has no numpy type for bfloat16: an ml_dtypes.bfloat16 array goes over as its uint16 bit pattern with
+    the ONNX element type given. The one place the package and its tests convert bfloat16 data."""
     from onnx import TensorProto
 
     ort = _ort()
-    v = np.ascontiguousarray(v)
-    if v.dtype == _bf16():
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), TensorProto.BFLOAT16)
-    return ort.OrtValue.ortvalue_from_numpy(v)
+    array = np.ascontiguousarray(array)
+    if array.dtype == _bf16():
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
-def _from_ortvalue(ov):
-    if ov.data_type() == "tensor(bfloat16)":
-        n = 2 * int(np.prod(ov.shape()))
-        raw = ctypes.string_at(ov.data_ptr(), n) if n else b""
-        return np.frombuffer(raw, np.uint16).view(_bf16()).reshape(ov.shape()).copy()
-    return ov.numpy()
+def from_ortvalue(ortvalue):
+    """The OrtValue's data as a numpy array; a bfloat16 one (which OrtValue.numpy() cannot return) is copied from the
+    OrtValue's memory as ml_dtypes.bfloat16."""
+    if ortvalue.data_type() != "tensor(bfloat16)":
+        return ortvalue.numpy()
+    shape = ortvalue.shape()
+    nbytes = 2 * int(np.prod(shape))
+    raw = ctypes.string_at(ortvalue.data_ptr(), nbytes) if nbytes else b""
+    return np.frombuffer(raw, np.uint16).view(_bf16()).reshape(shape).copy()
 
 
 def run_session(sess, feeds):
@@ -285,8 +278,8 @@ def run_session(sess, feeds):
         o.type == "tensor(bfloat16)" for o in sess.get_outputs()
     ):
         return sess.run(None, feeds)
-    outs = sess.run_with_ort_values(None, {k: _to_ortvalue(v) for k, v in feeds.items()})
-    return [_from_ortvalue(o) for o in outs]
+    outs = sess.run_with_ort_values(None, {k: to_ortvalue(v) for k, v in feeds.items()})
+    return [from_ortvalue(o) for o in outs]
 
 
 def _median_time(fn, target=0.15, min_runs=5, max_runs=200):
