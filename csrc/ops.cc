@@ -432,9 +432,9 @@ void set_output_shape(OrtShapeInferContext* ctx, ONNXTensorElementDataType type,
 const std::vector<OpDefinition>& op_table() {
   static const std::vector<OpDefinition> table = {
       {"", "GlobalAveragePool", "1,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
-       &make_global_pool<Reduction::Average>},
+       &make_global_pool<Reduction::Average>, true},
       {"", "GlobalMaxPool", "1,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
-       &make_global_pool<Reduction::Max>},
+       &make_global_pool<Reduction::Max>, true},
       {"", "GlobalLpPool", "1,2,22", TypeFamily::Float, kPoolInputs, OutputShape::Global,
        &make_global_pool<Reduction::Lp>},
       {"", "LpPool", "1,2,11,18,22", TypeFamily::Float, kPoolInputs, OutputShape::Windowed, &make_lp_pool},

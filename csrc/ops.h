@@ -43,6 +43,10 @@ struct OpDefinition {
   std::vector<OpInput> inputs;
   OutputShape output_shape;
   KernelFactory create;
+  // ORT's NCHWc layout rewrite (x86-64, level ALL) has its own blocked kernel for this op and takes nodes whose
+  // schema says since-version 1: registered so by default (see registration.cc), ORT keeps Conv-fed pools in its
+  // blocked layout instead of converting their whole input back to NCHW for a custom kernel.
+  bool ort_blocked_layout = false;
 };
 
 // The ops the library implements; registration, the call counters and the Python loader all read this table.

@@ -61,9 +61,10 @@ struct CustomOp : OrtCustomOp {
   const ElementType* element;
   ONNXTensorElementDataType type;
   bool schema_only;
+  int start_version;  // 0, or 1 to let ORT's NCHWc rewrite take the node (OpDefinition::ort_blocked_layout)
 
-  CustomOp(const OpDefinition* d, const ElementType* t, bool schema)
-      : OrtCustomOp{}, def(d), element(t), type(t->onnx), schema_only(schema) {
+  CustomOp(const OpDefinition* d, const ElementType* t, bool schema, int start)
+      : OrtCustomOp{}, def(d), element(t), type(t->onnx), schema_only(schema), start_version(start) {
     version = kOrtApiVersion;  // ORT reads only the OrtCustomOp members of that version
     GetName = [](const OrtCustomOp* op) { return self(op).def->name; };
     GetExecutionProviderType = [](const OrtCustomOp* op) -> const char* {
@@ -85,7 +86,7 @@ struct CustomOp : OrtCustomOp {
     GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
     // One kernel serves every opset of the op: version differences are handled inside it.
-    GetStartVersion = [](const OrtCustomOp*) { return 0; };
+    GetStartVersion = [](const OrtCustomOp* op) { return self(op).start_version; };
     GetEndVersion = [](const OrtCustomOp*) { return INT_MAX; };
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
       return guarded([&] {
@@ -117,14 +118,17 @@ struct CustomOp : OrtCustomOp {
   static const CustomOp& self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
 };
 
-// Every (op, type) custom op, for the CPU provider and schema-only, built once and alive for the life of the process.
+// Every (op, type) custom op, for the CPU provider and schema-only, built once and alive for the life of the process;
+// the ops ORT's NCHWc rewrite has twice, with start version 0 and 1.
 const std::vector<CustomOp>& all_custom_ops() {
   static const std::vector<CustomOp> ops = [] {
     std::vector<CustomOp> v;
-    for (bool schema_only : {false, true})
-      for (const OpDefinition& def : op_table())
-        for (const ElementType& t : kElementTypes)
-          if (t.family == def.types) v.emplace_back(&def, &t, schema_only);
+    for (int start : {0, 1})
+      for (bool schema_only : {false, true})
+        for (const OpDefinition& def : op_table())
+          for (const ElementType& t : kElementTypes)
+            if (t.family == def.types && (start == 0 || def.ort_blocked_layout))
+              v.emplace_back(&def, &t, schema_only, start);
     return v;
   }();
   return ops;
@@ -144,6 +148,7 @@ Domains g_domains;
 
 constexpr const char* kOpsConfigKey = "onnx_pools.ops";
 constexpr const char* kTypesConfigKey = "onnx_pools.types";
+constexpr const char* kOrtLayoutConfigKey = "onnx_pools.ort_layout";
 
 // The session config entry `key`, or nullptr-like false when absent.
 bool config_entry(const OrtSessionOptions* options, const char* key, std::string& value) {
@@ -202,12 +207,26 @@ std::set<std::string> selected_types(const OrtSessionOptions* options) {
   return name_list(value, all, kTypesConfigKey, "element type");
 }
 
+// Whether ORT's NCHWc rewrite may take GlobalAveragePool / GlobalMaxPool nodes (start version 1; the default): a
+// Conv-fed pool then stays in ORT's blocked layout, where the library's kernel would make ORT convert the pool's
+// whole input back to NCHW first, which costs more than the pool. "0": the library's kernels for every node (the
+// tests, call_counts, and session_options(ort_layout=False)).
+bool ort_layout(const OrtSessionOptions* options) {
+  std::string value;
+  if (!config_entry(options, kOrtLayoutConfigKey, value)) return true;
+  if (value != "0" && value != "1") fail("onnx-pools: session config '", kOrtLayoutConfigKey, "' must be 0 or 1");
+  return value == "1";
+}
+
 void register_ops(OrtSessionOptions* options) {
   const std::set<std::string> chosen = selected_ops(options);
   const std::set<std::string> types = selected_types(options);
+  const int blocked_start = ort_layout(options) ? 1 : 0;
   // An op taken registers every type: the chosen ones for the CPU provider, the others schema-only.
   auto taken = [&](const CustomOp& op) {
-    return chosen.count(op.def->name) && types.count(op.element->name) != static_cast<size_t>(op.schema_only);
+    const int start = op.def->ort_blocked_layout ? blocked_start : 0;
+    return op.start_version == start && chosen.count(op.def->name) &&
+           types.count(op.element->name) != static_cast<size_t>(op.schema_only);
   };
   // One set of domains per selection, made once and shared by every session that asks for it: ORT keeps only
   // pointers, and a domain made per registration would be held (leaked) for the life of the process.
@@ -215,6 +234,7 @@ void register_ops(OrtSessionOptions* options) {
   for (const std::string& name : chosen) key += name + ",";
   key += ";";
   for (const std::string& type : types) key += type + ",";
+  key += ";" + std::to_string(blocked_start);
   std::lock_guard<std::mutex> lock(g_domains_mutex);
   std::vector<OrtCustomOpDomain*>& domains = g_domains.by_selection[key];
   if (domains.empty()) {

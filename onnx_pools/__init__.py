@@ -17,6 +17,10 @@ _LIBRARY_NAME = "libonnx_pools.so"
 # and element types its kernels take (names in TYPES); default all.
 OPS_CONFIG_KEY = "onnx_pools.ops"
 TYPES_CONFIG_KEY = "onnx_pools.types"
+# "1" (the library's default): ORT's NCHWc layout rewrite may take float32 GlobalAveragePool / GlobalMaxPool nodes
+# (the library registers them with since-version 1, which the rewrite matches); "0": the library's kernels for
+# every node of the ops it takes.
+ORT_LAYOUT_CONFIG_KEY = "onnx_pools.ort_layout"
 
 
 def get_library_path():
@@ -101,8 +105,10 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
     ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
     op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
-    it convert the pool's whole input back to NCHW first, which costs more than the pool. False: the library's
-    kernels everywhere (as with an explicit `ops`).
+    it convert the pool's whole input back to NCHW first, which costs more than the pool; the other nodes stay on
+    the library. Without `model` (and with plain registration), ORT's layout rewrite may take every float32
+    GlobalAveragePool / GlobalMaxPool node, as in stock ORT. False: the library's kernels everywhere (session
+    config onnx_pools.ort_layout=0).
     On aarch64 CPUs with FP16 arithmetic, ORT's NhwcTransformer takes float16 GlobalAveragePool nodes to its own
     NHWC kernel; the session then disables that transformer (optimization.disable_specified_optimizers) when the
     library takes GlobalAveragePool and the kernels are forced (no `model`, an explicit `ops`,
@@ -127,6 +133,8 @@ def session_options(so=None, *, ops=None, types=None, model=None, ort_layout=Tru
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
             so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
+    if not ort_layout or model is not None:  # with a model, the op choice above already left those pools to ORT
+        so.add_session_config_entry(ORT_LAYOUT_CONFIG_KEY, "0")
     if _nhwc_fp16_choice(ops, forced, model, nodes):
         _disable_optimizer(so, "NhwcTransformer")
     so.register_custom_ops_library(get_library_path())

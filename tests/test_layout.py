@@ -126,9 +126,10 @@ def producer(graph, tensor):
     "name,head", [("resnet_gap_f32.onnx", "GlobalAveragePool"), ("vgg_gmp_f32.onnx", "GlobalMaxPool")]
 )
 def test_bundled_benchmark_models_keep_ort_layout(name, head, tmp_path):
-    """The whole-model benchmark CNNs (bench/models.py): session_options(model=...) gives stock's optimised graph
-    (the pool in the blocked layout, one ReorderOutput of the pooled output); a registration that takes the pool
-    (plain, or forced) makes ORT put the ReorderOutput in front of it, where it converts the pool's whole input."""
+    """The whole-model benchmark CNNs (bench/models.py): session_options(model=...) and plain registration give
+    stock's optimised graph (the pool in the blocked layout, one ReorderOutput of the pooled output); a
+    registration forced to take the pool (ort_layout=False, or the config entry onnx_pools.ort_layout=0) makes ORT
+    put the ReorderOutput in front of it, where it converts the pool's whole input."""
     model = (MODELS_DIR / name).read_bytes()
     stock = optimized_graph(model, ort.SessionOptions(), tmp_path)
     if f"com.microsoft.nchwc.{head}" not in op_counts(stock):
@@ -138,7 +139,11 @@ def test_bundled_benchmark_models_keep_ort_layout(name, head, tmp_path):
     assert op_counts(optimized_graph(model, onnx_pools.session_options(model=model), tmp_path)) == op_counts(stock)
     plain = ort.SessionOptions()
     plain.register_custom_ops_library(onnx_pools.get_library_path())
-    for so in (plain, onnx_pools.session_options(model=model, ort_layout=False)):
+    assert op_counts(optimized_graph(model, plain, tmp_path)) == op_counts(stock)
+    plain_forced = ort.SessionOptions()
+    plain_forced.add_session_config_entry("onnx_pools.ort_layout", "0")
+    plain_forced.register_custom_ops_library(onnx_pools.get_library_path())
+    for so in (plain_forced, onnx_pools.session_options(model=model, ort_layout=False)):
         graph = optimized_graph(model, so, tmp_path)
         (pool,) = [n for n in graph.node if n.op_type == head]
         assert pool.domain == "" and producer(graph, pool.input[0]) == "com.microsoft.nchwc.ReorderOutput"

@@ -2,6 +2,7 @@
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
@@ -46,13 +47,28 @@ def run(model, so):
     return x, y, {k: after[k] - before[k] for k in after}
 
 
-def test_raw_registration_keeps_orts_fusions_and_serves_the_pool():
+def test_raw_registration_leaves_conv_fed_pool_to_orts_layout_unless_told():
+    """Plain registration (default level ORT_ENABLE_ALL): the library registers GlobalAveragePool with since-version
+    1, so ORT's NCHWc rewrite keeps this Conv-fed pool in its blocked layout as stock does (the library's kernel
+    does not run); the session config entry onnx_pools.ort_layout=0 makes the library serve it. Both agree with
+    the reference, and ORT's Conv+Relu fusion still applies."""
     model, w = conv_relu_pool_model()
-    so = ort.SessionOptions()  # default optimisation level: ORT_ENABLE_ALL
-    so.register_custom_ops_library(onnx_pools.get_library_path())
-    x, y, moved = run(model, so)
-    assert moved["GlobalAveragePool"] == 1  # not replaced by ORT's NCHWc pool
-    np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
+    plain = ort.SessionOptions()
+    plain.register_custom_ops_library(onnx_pools.get_library_path())
+    forced = ort.SessionOptions()
+    forced.add_session_config_entry("onnx_pools.ort_layout", "0")
+    forced.register_custom_ops_library(onnx_pools.get_library_path())
+    for so, served in ((plain, 0), (forced, 1)):
+        x, y, moved = run(model, so)
+        assert moved["GlobalAveragePool"] == served
+        np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
+
+
+def test_ort_layout_config_entry_must_be_0_or_1():
+    so = ort.SessionOptions()
+    so.add_session_config_entry("onnx_pools.ort_layout", "yes")
+    with pytest.raises(Exception, match="onnx_pools.ort_layout"):
+        so.register_custom_ops_library(onnx_pools.get_library_path())
 
 
 def test_default_takes_only_standard_domain_ops():

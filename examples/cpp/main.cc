@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
       // The two calls every runtime has (C, C++, C#, Java, Python): a config entry, then the library.
       Ort::SessionOptions with_library;
       with_library.AddConfigEntry("onnx_pools.ops", c.op);  // optional: the ops the library takes over
+      // optional: the library's kernel even where ORT's NCHWc layout rewrite would take a Conv-fed float32
+      // GlobalAveragePool / GlobalMaxPool (the default leaves those to ORT, which is faster there)
+      with_library.AddConfigEntry("onnx_pools.ort_layout", "0");
       with_library.RegisterCustomOpsLibrary(library.c_str());
       Ort::SessionOptions stock;
 
