@@ -61,17 +61,16 @@ source_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/onnx_pools/__in
 show=$(auditwheel show "$wheel" 2>&1 | grep -v '^INFO:' | tr -s ' \n' ' ') || fail "auditwheel show rejects $name: $show"
 [[ $show =~ consistent\ with\ the\ following\ platform\ tag:\ \"([^\"]+)\" ]] || fail "auditwheel show: $show"
 [[ .$platforms. == *.${BASH_REMATCH[1]}.* ]] || fail "auditwheel show says ${BASH_REMATCH[1]}, the wheel is tagged $platforms"
-# the glibc floor: the tag's and the library's own imports (objdump -T: "(GLIBC_2.x) name" per imported symbol)
+# the glibc floor: the tag's and the library's own imports (readelf: "name@GLIBC_2.x" per imported symbol)
 floor=${GLIBC_FLOOR:-2.27}
-command -v objdump >/dev/null || fail "objdump (binutils) is needed"
+command -v readelf >/dev/null || fail "readelf (binutils) is needed"
 mkdir -p "$work/lib"
 "$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("onnx_pools/libonnx_pools.so", sys.argv[2])' \
   "$wheel" "$work/lib"
-above=$(objdump -T "$work/lib/onnx_pools/libonnx_pools.so" |
-  awk -v floor="$floor" 'match($0, /GLIBC_[0-9.]+/) {
-      split(substr($0, RSTART + 6, RLENGTH - 6), v, "."); split(floor, f, ".")
-      if (v[1] * 1000 + v[2] > f[1] * 1000 + f[2]) print substr($0, RSTART, RLENGTH) " " $NF }' | sort -u | tr '\n' ' ')
-glibc=$(objdump -T "$work/lib/onnx_pools/libonnx_pools.so" | grep -oE 'GLIBC_[0-9.]+' | sort -V | tail -1)
+above=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | awk -v floor="$floor" '$7 == "UND" && match($8, /@GLIBC_[0-9.]+$/) {
+    split(substr($8, RSTART + 7), v, "."); split(floor, f, ".")
+    if (v[1] * 1000 + v[2] > f[1] * 1000 + f[2]) print $8 }' | sort -u | tr '\n' ' ')
+glibc=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | grep -oE 'GLIBC_[0-9.]+' | sort -V | tail -1)
 [ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/glibc_floor.cc)"
 [[ $platforms =~ manylinux_2_([0-9]+)_ ]] && [ "${BASH_REMATCH[1]}" -le "${floor#2.}" ] ||
   fail "$name: the tag needs a glibc newer than $floor ($platforms)"

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "cmake" / "fetch_ort_headers.sh"
 PINNED_121 = "libonnxruntime-dev_1.21.0+dfsg-1"
+HEADER_IN_DEB = "usr/include/onnxruntime/onnxruntime_c_api.h"
 pytestmark = pytest.mark.skipif(
     not SCRIPT.exists() or shutil.which("bash") is None,
     reason="cmake/fetch_ort_headers.sh ships with the source checkout only",
@@ -170,8 +171,11 @@ def test_package_with_other_headers_is_refused(tmp_path, mirror):
 
 def test_ubuntu_rebuild_of_the_pinned_version_is_accepted(tmp_path, mirror):
     """An Ubuntu mirror's own build of 1.21.0+dfsg-1 (another .deb, the same headers) is accepted by the headers'
-    pinned sha256. Needs the real 1.21 headers from an earlier build of this checkout (build/**/ort-headers-1.21)."""
-    found = sorted(ROOT.glob("build/**/ort-headers-1.21/usr/include/onnxruntime/onnxruntime_c_api.h"))
+    pinned sha256. Needs the real 1.21 headers from an earlier build of this checkout (build/.../ort-headers-1.21)."""
+    # where `cmake -B build[/x]` and `pip install .` (build/temp.*/cmake) put them
+    found = sorted(
+        p for depth in ("", "*/", "*/*/") for p in ROOT.glob(f"build/{depth}ort-headers-1.21/{HEADER_IN_DEB}")
+    )
     if not found:
         pytest.skip("no fetched 1.21 headers in build/ (build the library in this checkout first)")
     mirror.files[f"/ubuntu/pool/universe/o/onnxruntime/{PINNED_121}_{deb_arch()}.deb"] = make_deb(
