@@ -8,12 +8,16 @@
 #   1.23:           1.23.2+dfsg-6.1 (Debian forky/sid), C API 23.
 #
 # The .deb (~100 KB) is downloaded from the package pool of the apt mirror(s) this machine's apt sources name
-# (deb822 *.sources or one-line sources.list; Debian or Ubuntu URIs; http_proxy/https_proxy are honoured), not
-# through `apt-get update`. Checked after download: the .deb's sha256 when it is Debian's build (pinned below per
-# architecture), and always the sha256 of the extracted headers (the same in every distribution's build of that
-# source version, so an Ubuntu mirror that carries the same version is accepted too). Nothing is installed.
+# (deb822 *.sources stanzas of type deb that are not disabled, and one-line `deb` entries of sources.list{,.d/*.list};
+# Debian or Ubuntu URIs, pool/main and pool/universe; http_proxy/https_proxy are honoured), not through
+# `apt-get update`; then, as Ubuntu's archives do not carry these Debian versions, from Debian's archive
+# (ONNX_POOLS_DEBIAN_MIRROR, default http://deb.debian.org/debian; empty: none). Checked after download: the .deb's
+# sha256 when it is Debian's build (pinned below per architecture), and always the sha256 of the extracted headers
+# (the same in every distribution's build of that source version, so a mirror's own rebuild of the same version is
+# accepted too). Nothing is installed.
 # Without a usable mirror or a matching package: exit 1 with a message naming ONNXRUNTIME_INCLUDE_DIR.
-# Env: ONNX_POOLS_APT_ETC (default /etc/apt) where the apt sources are read; PYTHON (default python3).
+# Env: ONNX_POOLS_APT_ETC (default /etc/apt) where the apt sources are read; ONNX_POOLS_DEBIAN_MIRROR; PYTHON
+# (default python3).
 set -euo pipefail
 dest=$1
 choice=${2:-1.21}
@@ -54,36 +58,55 @@ if [ -z "$arch" ]; then
   case $(uname -m) in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) arch=$(uname -m) ;; esac
 fi
 
-# The http(s) URIs of this machine's apt sources, in order (Debian: .../debian, Ubuntu: .../ubuntu or ports).
+# The http(s) URIs of this machine's apt sources, in order (Debian: .../debian, Ubuntu: .../ubuntu or
+# .../ubuntu-ports), then Debian's archive.
+etc=${ONNX_POOLS_APT_ETC:-/etc/apt}
 mirrors=$(
-  { etc=${ONNX_POOLS_APT_ETC:-/etc/apt}
-    for f in "$etc"/sources.list.d/*.sources; do
-      if [ -f "$f" ]; then awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i }' "$f"; fi
+  { for f in "$etc"/sources.list.d/*.sources; do
+      # deb822: blank-line separated stanzas; field names are case-insensitive; URIs may list several
+      if [ -f "$f" ]; then awk '
+        function flush() { if (types ~ /(^| )deb( |$)/ && enabled != "no") printf "%s", uris; types = ""; uris = ""; enabled = "" }
+        /^[ \t]*#/ { next }
+        /^[ \t]*$/ { flush(); next }
+        { key = tolower($1) }
+        key == "types:" { for (i = 2; i <= NF; i++) types = types " " $i }
+        key == "uris:" { for (i = 2; i <= NF; i++) uris = uris $i "\n" }
+        key == "enabled:" { enabled = tolower($2) }
+        END { flush() }' "$f"; fi
     done
     for f in "$etc"/sources.list "$etc"/sources.list.d/*.list; do
+      # one-line: deb [options] URI suite components...
       if [ -f "$f" ]; then awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }' "$f"; fi
     done
+    echo "${ONNX_POOLS_DEBIAN_MIRROR-http://deb.debian.org/debian}"
   } 2>/dev/null | grep -E '^https?://' | sed 's:/*$::' | awk '!seen[$0]++' || true
 )
-[ -n "$mirrors" ] || give_up "no http(s) apt mirror found in ${ONNX_POOLS_APT_ETC:-/etc/apt}/sources.list{,.d}"
+[ -n "$mirrors" ] || give_up "no http(s) apt mirror found in $etc/sources.list{,.d} (and ONNX_POOLS_DEBIAN_MIRROR is empty)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/onnx-pools-ort-headers.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 deb="$work/libonnxruntime-dev.deb"
 file="libonnxruntime-dev_${version}_${arch}.deb"
-got=""
+urls=()
 for mirror in $mirrors; do
-  for component in main universe; do  # Debian keeps it in main, Ubuntu in universe
-    url="$mirror/pool/$component/o/onnxruntime/$file"
-    if "$PY" - "$url" "$deb" 2>/dev/null <<'EOF'
-import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=60) as r, open(sys.argv[2], "wb") as f:
-    f.write(r.read())
-EOF
-    then got=$url; break 2; fi
-  done
+  for component in main universe; do urls+=("$mirror/pool/$component/o/onnxruntime/$file"); done  # Ubuntu: universe
 done
-[ -n "$got" ] || give_up "$file is on none of the apt mirrors of this machine ($(echo $mirrors | tr ' ' ','))"
+# one interpreter for every URL (each start costs ~0.1 s): the first that answers is saved, its URL printed
+got=$("$PY" - "$deb" "${urls[@]}" 2>/dev/null <<'EOF' || true
+import sys, urllib.request
+for url in sys.argv[2:]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            data = r.read()
+    except OSError:
+        continue
+    with open(sys.argv[1], "wb") as f:
+        f.write(data)
+    print(url)
+    break
+EOF
+)
+[ -n "$got" ] || give_up "$file is on none of the mirrors tried ($(echo $mirrors | tr ' ' ','))"
 
 sha=$(sha256sum "$deb" | cut -c1-64)
 if [ -n "${deb_sha[$arch]:-}" ] && [ "$sha" = "${deb_sha[$arch]}" ]; then

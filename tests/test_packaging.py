@@ -2,6 +2,7 @@
 
 Fast (default suite):
 * libonnx_pools.so needs only the C runtime's system libraries (no libstdc++, no libonnxruntime) and has no RPATH;
+* its glibc imports are all at versions of glibc <= 2.27 (the wheel's manylinux floor), its C++ runtime private;
 * the distribution requires only onnxruntime (>= the oldest tested minor) and numpy at run time, and the
   installed onnxruntime lies in that range;
 * the loader registers and runs the library with onnx, ml_dtypes and the other test-only packages hidden.
@@ -84,6 +85,47 @@ def test_library_needs_only_system_libraries():
 def test_library_has_no_rpath():
     _, paths = elf_dynamic(onnx_pools.get_library_path())
     assert paths == [], f"RPATH/RUNPATH would point at the build machine: {paths}"
+
+
+GLIBC_FLOOR = (2, 27)  # the manylinux floor (csrc/glibc_floor.cc; scripts/wheel_check.sh asserts the wheel's tag)
+
+
+def dynamic_symbols(path):
+    """[(name, version or "", defined)] of an ELF's dynamic symbol table, read with binutils' readelf."""
+    try:
+        out = subprocess.run(["readelf", "--dyn-syms", "-W", str(path)], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"needs binutils' readelf: {e}")
+    symbols = []
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[0].endswith(":") and f[0][:-1].isdigit():
+            name, _, version = f[7].partition("@")
+            symbols.append((name, version.lstrip("@"), f[6] != "UND"))
+    return symbols
+
+
+def test_library_glibc_floor_and_private_runtime():
+    """Every glibc symbol the library imports is at a version of glibc <= 2.27 (the manylinux_2_27 tag: a toolchain
+    on a newer glibc would otherwise leave e.g. arc4random@GLIBC_2.36 in it), and the statically linked C++ runtime
+    stays private: no __cxa_* / __gxx_personality_v0 exported (another libstdc++ in the process would bind to them)."""
+    path = onnx_pools.get_library_path()
+    needed, _ = elf_dynamic(path)
+    if any(n.startswith(("libasan", "libubsan", "libtsan")) for n in needed):
+        pytest.skip(f"sanitizer build (links the C++ runtime dynamically): {needed}")
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not a glibc system")
+    symbols = dynamic_symbols(path)
+    glibc = [(n, v) for n, v, defined in symbols if not defined and v.startswith("GLIBC_")]
+    assert glibc, symbols[:20]
+    too_new = sorted(f"{n}@{v}" for n, v in glibc if tuple(map(int, v[6:].split(".")))[:2] > GLIBC_FLOOR)
+    assert not too_new, f"imports newer than glibc {GLIBC_FLOOR}: {too_new} (see csrc/glibc_floor.cc)"
+    exported = {n for n, _, defined in symbols if defined}
+    assert "RegisterCustomOps" in exported, sorted(exported)[:20]
+    leaked = sorted(n for n in exported if n.startswith(("__cxa_", "__gxx_", "_ZNSt6locale", "_ZSt4cout")))
+    assert not leaked, f"the static C++ runtime is exported: {leaked[:10]}"
 
 
 def test_elf_reader_on_a_known_library():
