@@ -60,6 +60,18 @@ inline bool any_marked(const uint8_t* mark, int64_t n) {
   return any != 0;
 }
 
+// How many of n marks (0 or 1 each) are set, eight at a time.
+inline int64_t count_marked(const uint8_t* mark, int64_t n) {
+  int64_t count = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, mark + i, sizeof word);
+    count += __builtin_popcountll(word);
+  }
+  for (; i < n; ++i) count += mark[i];
+  return count;
+}
+
 // Calls f(i) for each i < n with mark[i] != 0, skipping unmarked stretches 32 bytes at a time.
 template <class F>
 void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
@@ -154,12 +166,10 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
     }
     return;
   }
-  int64_t marks = 0;
-  for (int64_t j = 0; j < n; ++j) marks += mark[j];
-  if (marks <= 4 || cols.kernel > cols.in) {  // a few windows (the edge columns): one at a time
-    for (int64_t j = 0; j < n; ++j) {
-      if (mark[j]) y[j] = to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x, p, 1, 0, oh, begin + j, q, kernel_size)));
-    }
+  if (count_marked(mark, n) <= 4 || cols.kernel > cols.in) {  // a few windows (the edge columns): one at a time
+    for_each_marked(mark, n, [&](int64_t j) {
+      y[j] = to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x, p, 1, 0, oh, begin + j, q, kernel_size)));
+    });
     return;
   }
   fill(acc, n, 0.0f);
@@ -175,9 +185,7 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
       }
     }
   }
-  for (int64_t j = 0; j < n; ++j) {
-    if (mark[j]) y[j] = output(acc[j], (r_hi - r_lo) * cols.valid_count(begin + j));
-  }
+  for_each_marked(mark, n, [&](int64_t j) { y[j] = output(acc[j], (r_hi - r_lo) * cols.valid_count(begin + j)); });
 }
 
 // Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
@@ -303,19 +311,30 @@ struct Requantiser {
   }
 
   // Settles the marked elements the exact value decides (writes y, clears the mark) and returns how many stay
-  // marked: those within the tie band, left for ORT's float evaluation. valid_of(e): elements in e's window.
+  // marked: those within the tie band, left for ORT's float evaluation. n positions of `channels` values;
+  // valid_of(i): elements in position i's windows. Position by position, so no division per element.
   template <class Valid>
-  int64_t settle(const I* sums, int64_t n, uint8_t* mark, Q* y, Valid&& valid_of) const {
+  int64_t settle(const I* sums, int64_t n, int64_t channels, uint8_t* mark, Q* y, Valid&& valid_of) const {
     int64_t ties = 0;
-    for_each_marked(mark, n, [&](int64_t e) {
-      const double v = exact(sums[e], valid_of(e));
+    auto one = [&](int64_t e, int64_t valid) {
+      const double v = exact(sums[e], valid);
       if (near_tie(v)) {
         ++ties;
       } else {
         y[e] = to_quantized<Q>(v);
         mark[e] = 0;
       }
-    });
+    };
+    if (channels == 1) {
+      for_each_marked(mark, n, [&](int64_t i) { one(i, valid_of(i)); });
+      return ties;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = i * channels;
+      if (!any_marked(mark + at, channels)) continue;
+      const int64_t valid = valid_of(i);
+      for_each_marked(mark + at, channels, [&](int64_t c) { one(at + c, valid); });
+    }
     return ties;
   }
 };
@@ -377,8 +396,8 @@ void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const P
       }
       Q* out = yu + (oh * rc.cols.out + begin) * channels;
       if (requantiser.run(sums, zero_sum, scale, n, channels, out, mark) &&
-          requantiser.settle(sums, n * channels, mark, out,
-                             [&](int64_t e) { return rows_valid * rc.cols.valid_count(begin + e / channels); }) > 0) {
+          requantiser.settle(sums, n, channels, mark, out,
+                             [&](int64_t j) { return rows_valid * rc.cols.valid_count(begin + j); }) > 0) {
         ort_tie_outputs_2d(xu, rc, channels, oh, begin, n, q, g.kernel_size, mark, out, acc);
       }
       return true;
@@ -497,11 +516,10 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
       const I* s = sums + row * row_size;
       Q* yb = yu + row * row_size;
       if (!requantiser.run(s, zero_sum, scale, positions, channels, yb, mark)) return;
-      auto valid_of = [&](int64_t e) {
-        const int64_t i = e / channels;
+      auto valid_of = [&](int64_t i) {
         return row_lead_valid[(row + i / out_last) % rows] * last.valid_count(i % out_last);
       };
-      if (requantiser.settle(s, positions * channels, mark, yb, valid_of) == 0) return;
+      if (requantiser.settle(s, positions, channels, mark, yb, valid_of) == 0) return;
       for (int64_t i = 0; i < n_rows; ++i) {  // the rows holding elements on a tie
         const int64_t r = row + i;            // the step's row: its unit, and the unit's row
         const Q* x_unit = xu + (r / rows) * g.in_size * channels;
