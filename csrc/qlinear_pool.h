@@ -412,6 +412,10 @@ inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
          g.axes[1].dilation == 1;
 }
 
+// Output values qlinear_pool requantises per pass: many times the vector loop's step, while the sums, scales and
+// marks of one pass (about 15 bytes per value) stay in L1.
+constexpr int64_t kRequantiseBlock = 4096;
+
 // I: integer type of the window sums (see Requantiser for the arithmetic of each).
 template <class Q, class I>
 void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
@@ -426,13 +430,14 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
   // requantisation below still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
   const bool direct = summed_area_planes(g, channels);
   const int64_t widened = channels == 1 && !direct ? g.in_size : 0;
-  const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, 4096 / g.out_size)) : 1;
+  const int64_t step_units = direct ? max_of<int64_t>(1, min_of<int64_t>(units, kRequantiseBlock / g.out_size)) : 1;
   const int64_t direct_sums = direct ? step_units * g.out_size + (last.in + 1) + (g.axes[0].in + 1) * out_last : 0;
   const int64_t step_rows = step_units * rows;
   // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one flat
-  // block of up to ~4096 values: one row alone is often shorter than the vectorised loop's step.
+  // block of up to ~kRequantiseBlock values: one row alone is often shorter than the vectorised loop's step.
   // (The direct path's whole step is one such block, its pattern built once below.)
-  const int64_t block_rows = direct ? step_rows : max_of<int64_t>(1, min_of<int64_t>(step_rows, 4096 / row_size));
+  const int64_t block_rows =
+      direct ? step_rows : max_of<int64_t>(1, min_of<int64_t>(step_rows, kRequantiseBlock / row_size));
   const int64_t block_positions = block_rows * out_last;
   using Scale = typename Requantiser<Q, I>::Scale;
   ScratchLayout layout;
