@@ -221,7 +221,10 @@ bool ort_layout(const OrtSessionOptions* options) {
 void register_ops(OrtSessionOptions* options) {
   const std::set<std::string> chosen = selected_ops(options);
   const std::set<std::string> types = selected_types(options);
-  const int blocked_start = ort_layout(options) ? 1 : 0;
+  // Since-version 1 only when every type is taken: a type left schema-only with since-version 1 makes ORT 1.21's
+  // kernel matching fail on such nodes (the ONNX schema's type string against the custom op's), so a types
+  // selection keeps the library's kernels for every node, as with onnx_pools.ort_layout=0.
+  const int blocked_start = ort_layout(options) && types.size() == std::size(kElementTypes) ? 1 : 0;
   // An op taken registers every type: the chosen ones for the CPU provider, the others schema-only.
   auto taken = [&](const CustomOp& op) {
     const int start = op.def->ort_blocked_layout ? blocked_start : 0;

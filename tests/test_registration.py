@@ -58,7 +58,11 @@ def test_raw_registration_leaves_conv_fed_pool_to_orts_layout_unless_told():
     forced = ort.SessionOptions()
     forced.add_session_config_entry("onnx_pools.ort_layout", "0")
     forced.register_custom_ops_library(onnx_pools.get_library_path())
-    for so, served in ((plain, 0), (forced, 1)):
+    # a types selection registers since-version 0 (a schema-only type with since-version 1 breaks ORT 1.21)
+    typed = ort.SessionOptions()
+    typed.add_session_config_entry("onnx_pools.types", "float")
+    typed.register_custom_ops_library(onnx_pools.get_library_path())
+    for so, served in ((plain, 0), (forced, 1), (typed, 1)):
         x, y, moved = run(model, so)
         assert moved["GlobalAveragePool"] == served
         np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
