@@ -10,6 +10,16 @@ inline double round_half_even(double v) {       // |v| < 2^51
   return (v + magic) - magic;
 }
 
+// ONNX Runtime's own float arithmetic, written once: each element dequantised in float, ...
+template <class Q>
+inline float ort_dequantised(Q v, const QLinearParams& q) {
+  return q.x_scale * static_cast<float>(static_cast<int32_t>(v) - q.x_zero_point);
+}
+// ... and a window's float sum of those divided by the count, then by y_scale, plus y_zero_point (before rounding).
+inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
+  return sum / static_cast<float>(count) / q.y_scale + static_cast<float>(q.y_zero_point);
+}
+
 // y + y_zero_point before rounding, computed as ONNX Runtime's own kernel does: dequantise each element in float,
 // add them in row-major window order, divide by the count, divide by y_scale. Used only for values within
 // rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the useful answer.
@@ -19,14 +29,10 @@ double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int6
   float sum = 0;
   int64_t valid = 0;
   visit_window(g, out_index, index, [&](int64_t offset) {
-    const float element =
-        q.x_scale * static_cast<float>(static_cast<int32_t>(x[offset * channels + c]) - q.x_zero_point);
-    sum += element;
+    sum += ort_dequantised(x[offset * channels + c], q);
     ++valid;
   });
-  const int64_t count = q.count_include_pad ? g.kernel_size : valid;
-  sum /= static_cast<float>(count);
-  return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
+  return ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q);
 }
 
 // Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
@@ -111,13 +117,11 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
   for (int64_t r = r_lo; r < r_hi; ++r) {
     const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels + c;
     for (int64_t k = k_lo; k < k_hi; ++k) {
-      sum += q.x_scale * static_cast<float>(static_cast<int32_t>(xr[k * p.cols.dilation * channels]) - q.x_zero_point);
+      sum += ort_dequantised(xr[k * p.cols.dilation * channels], q);
     }
   }
   const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  const int64_t count = q.count_include_pad ? kernel_size : valid;
-  sum /= static_cast<float>(count);
-  return static_cast<double>(sum / q.y_scale + static_cast<float>(q.y_zero_point));
+  return ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q);
 }
 
 // Outputs of the marked elements of output row oh, columns [begin, begin + n) with `channels` interleaved,
@@ -127,17 +131,13 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
 // max(channels, n) floats.
 template <class Q>
 void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t begin, int64_t n,
-                        const QLinearParams& q, int64_t kernel_size, const uint8_t* mark, Q* y, float* acc) {
+                        const QLinearParams& q_in, int64_t kernel_size, const uint8_t* mark, Q* y, float* acc) {
+  const QLinearParams q = q_in;  // a local copy: the stores to acc cannot alias it, so the loops vectorise
   int64_t r_lo, r_hi;
   p.rows.valid_range(oh, r_lo, r_hi);
   const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin;
-  const float x_scale = q.x_scale, y_scale = q.y_scale, y_zero = static_cast<float>(q.y_zero_point);
-  const int32_t x_zero = q.x_zero_point;
-  auto output = [&](float sum, int64_t valid) {
-    const int64_t count = q.count_include_pad ? kernel_size : valid;
-    sum /= static_cast<float>(count);
-    return to_quantized<Q>(clamp_to<Q>(static_cast<double>(sum / y_scale + y_zero)));
-  };
+  auto count_of = [&](int64_t valid) { return q.count_include_pad ? kernel_size : valid; };
+  auto output = [](float value) { return to_quantized<Q>(clamp_to<Q>(static_cast<double>(value))); };
   const AxisGeometry& cols = p.cols;
   if (channels > 1) {
     for (int64_t j = 0; j < n; ++j) {
@@ -152,16 +152,15 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
         for (int64_t k = k_lo; k < k_hi; ++k) {
           const Q* xk = xr + k * cols.dilation * channels;
           for (int64_t c = 0; c < channels; ++c) {
-            acc[c] += x_scale * static_cast<float>(static_cast<int32_t>(xk[c]) - x_zero);
+            acc[c] += ort_dequantised(xk[c], q);
           }
         }
       }
-      // the same float operations as output(), for all channels at once (vectorised divisions)
-      const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-      const float count = static_cast<float>(q.count_include_pad ? kernel_size : valid);
-      for (int64_t c = 0; c < channels; ++c) acc[c] = acc[c] / count / y_scale + y_zero;
+      // all channels at once (vectorised divisions), then the marked ones rounded
+      const int64_t count = count_of((r_hi - r_lo) * (k_hi - k_lo));
+      for (int64_t c = 0; c < channels; ++c) acc[c] = ort_requantised(acc[c], count, q);
       for (int64_t c = 0; c < channels; ++c) {
-        if (mj[c]) y[j * channels + c] = to_quantized<Q>(clamp_to<Q>(static_cast<double>(acc[c])));
+        if (mj[c]) y[j * channels + c] = output(acc[c]);
       }
     }
     return;
@@ -181,11 +180,13 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
       const int64_t j_lo = max_of(begin, offset >= 0 ? 0 : (-offset + cols.stride - 1) / cols.stride);
       const int64_t j_hi = min_of(begin + n, offset >= cols.in ? 0 : (cols.in - 1 - offset) / cols.stride + 1);
       for (int64_t j = j_lo; j < j_hi; ++j) {
-        acc[j - begin] += x_scale * static_cast<float>(static_cast<int32_t>(xr[j * cols.stride + offset]) - x_zero);
+        acc[j - begin] += ort_dequantised(xr[j * cols.stride + offset], q);
       }
     }
   }
-  for_each_marked(mark, n, [&](int64_t j) { y[j] = output(acc[j], (r_hi - r_lo) * cols.valid_count(begin + j)); });
+  for_each_marked(mark, n, [&](int64_t j) {
+    y[j] = output(ort_requantised(acc[j], count_of((r_hi - r_lo) * cols.valid_count(begin + j)), q));
+  });
 }
 
 // Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
@@ -217,22 +218,26 @@ struct Requantiser {
       for (int64_t count = 1; count <= kernel_size; ++count) count_scale[count] = ratio / static_cast<double>(count);
     }
   }
-  // ratio / count for each count of a short kernel: exact() runs per marked element, a division each costs more
-  // than the rest of it
+  // ratio / count for each count of a short kernel: exact() runs per marked element, and a division costs more
+  // than the rest of it (the same values as the division, so pattern() uses them too)
   double count_scale[kFloat ? kShortSumKernel + 1 : 1] = {};
+
+  // x_scale / (y_scale * count) of a window holding `valid` input elements; 0 for a window without any
+  double window_scale(int64_t valid) const {
+    const int64_t count = count_include_pad ? kernel_size : valid;
+    return count == 0 ? 0.0 : kFloat ? count_scale[count] : ratio / static_cast<double>(count);
+  }
 
   // zero_sum and scale of a window holding `valid` input elements
   void pattern(int64_t valid, I& zero_sum, Scale& scale) const {
-    const int64_t count = count_include_pad ? kernel_size : valid;
     zero_sum = static_cast<I>(x_zero_point * valid);
-    scale = static_cast<Scale>(count == 0 ? 0.0 : ratio / static_cast<double>(count));
+    scale = static_cast<Scale>(window_scale(valid));
   }
 
   // The exact value (double, clamped) of a window sum over `valid` input elements.
   double exact(I sum, int64_t valid) const {
-    const int64_t count = count_include_pad ? kernel_size : valid;
-    const double scale = count == 0 ? 0.0 : kFloat ? count_scale[count] : ratio / static_cast<double>(count);
-    return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * scale + y_zero);
+    return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * window_scale(valid) +
+                       y_zero);
   }
 
   // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
