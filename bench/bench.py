@@ -319,6 +319,9 @@ def compare(y_lib, y_stock):
 
 
 ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
+# After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
+# process they would take a core from the next engine timed. A pause lets them go to sleep first.
+SPIN_SETTLE_S = 0.02
 
 
 # ------------------------------------------------------------------------------------------------ ISA workers
@@ -477,6 +480,8 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
                         torch.set_num_threads(t)
                     ts = time_runs(fn, per_round, runs)
                 samples[(engine, t)] += ts
+                if t > 1:
+                    time.sleep(SPIN_SETTLE_S)
     finally:
         if torch is not None:
             torch.set_num_threads(old_threads)

@@ -14,38 +14,43 @@ double fold_lanes(A* lanes) {
   return static_cast<double>(lanes[0]);
 }
 
-// sum of map(a[i]): map takes a native vector or a scalar (IntegerPower, scaling lambdas with auto arguments).
-// Logical lane l adds a[i + l] for i in steps of kLanes<A>, whatever the vector width (see kLanes).
-template <class A, class Map>
-double mapped_sum_block(const A* a, int64_t n, Map map) {
+// sum of map(a[i]) over elements T (accumulated in A = AccOf<T>, loaded by `load`, see AccLoader): map takes a
+// native vector or a scalar (IntegerPower, scaling lambdas with auto arguments). Logical lane l adds a[i + l] for i
+// in steps of kLanes<A>, whatever the vector width (see kLanes).
+template <class T, class Map, class Loader = AccLoader<T>>
+double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
+  using A = AccOf<T>;
   using S = Simd<A>;
   constexpr int L = kLanes<A>;
   constexpr int K = L / S::kLength;  // vectors of partial sums
   if (n < 2 * L) {                   // short channels: a lane array would cost more to fold than to fill
+    auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
     A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      s0 += map(a[i]);
-      s1 += map(a[i + 1]);
-      s2 += map(a[i + 2]);
-      s3 += map(a[i + 3]);
-      s4 += map(a[i + 4]);
-      s5 += map(a[i + 5]);
-      s6 += map(a[i + 6]);
-      s7 += map(a[i + 7]);
+      s0 += at(i);
+      s1 += at(i + 1);
+      s2 += at(i + 2);
+      s3 += at(i + 3);
+      s4 += at(i + 4);
+      s5 += at(i + 5);
+      s6 += at(i + 6);
+      s7 += at(i + 7);
     }
     A tail = 0;
-    for (; i < n; ++i) tail += map(a[i]);
+    for (; i < n; ++i) tail += at(i);
     return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
   }
   typename S::Value acc[K] = {};
   int64_t i = 0;
   for (; i + L <= n; i += L) {
-    for (int k = 0; k < K; ++k) acc[k] += map(S::load(a + i + k * S::kLength));
+    typename S::Value v[K];
+    load.load(a + i, v);
+    for (int k = 0; k < K; ++k) acc[k] += map(v[k]);
   }
   A lanes[L];
   for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[k]);
-  for (int l = 0; i + l < n; ++l) lanes[l] += map(a[i + l]);  // the tail, spread over the lanes
+  for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[i + l]));  // the tail, spread over the lanes
   return fold_lanes(lanes);
 }
 
@@ -64,6 +69,15 @@ double sum_block(const A* a, int64_t n) {
 template <class A, class Power>
 double power_sum_block(const A* a, int64_t n, Power power) {
   return mapped_sum_block(a, n, power);
+}
+
+// mapped_sum_block over n <= kBlock elements, the 16-bit floats converted in registers; where the loader's fast
+// conversion does not cover a value, the block again through load_block (the same values, so the same sum).
+template <class T, class Map>
+double mapped_sum_elements(const T* a, int64_t n, Map map, AccOf<T>* buffer) {
+  AccLoader<T> load;
+  const double sum = mapped_sum_block(a, n, map, load);
+  return load.exact() ? sum : mapped_sum_block(acc_view(a, buffer, n), n, map);
 }
 
 // NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
@@ -180,7 +194,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       double total = 0;
       for (int64_t off = 0; off < size; off += kBlock) {
         const int64_t n = min_of(kBlock, size - off);
-        total += sum_block(acc_view(xc + off, buffer, n), n);
+        total += mapped_sum_elements(xc + off, n, Identity{}, buffer);
       }
       if (!std::isfinite(total)) {  // float lanes can overflow though the mean is finite: redo in double
         total = 0;
@@ -209,10 +223,11 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         with_power(lp, [&](auto power) {
           for (int64_t off = begin; off < end; off += kBlock) {
             const int64_t n = min_of(kBlock, end - off);
-            const A* a = acc_view(xc + off, buffer, n);
-            if (e == 0) total += power_sum_block(a, n, power);
-            else if (f.second == 1) total += mapped_sum_block(a, n, [&](auto v) { return power(v * f.first); });
-            else total += mapped_sum_block(a, n, [&](auto v) { return power(v * f.first * f.second); });
+            const T* a = xc + off;
+            if (e == 0) total += mapped_sum_elements(a, n, power, buffer);
+            else if (f.second == 1)
+              total += mapped_sum_elements(a, n, [&](auto v) { return power(v * f.first); }, buffer);
+            else total += mapped_sum_elements(a, n, [&](auto v) { return power(v * f.first * f.second); }, buffer);
           }
         });
         return total;

@@ -157,6 +157,103 @@ void store_block<BFloat16>(const float* src, BFloat16* dst, int64_t n) {
   }
 }
 
+// The kLanes<A> accumulators of a reduction step, loaded straight from the elements: 16-bit floats are converted in
+// registers instead of through a block copy. Every loader gives the exact values load_block gives, so a sum adds the
+// same numbers in the same order either way. exact() is false when a loader's fast conversion met values it does not
+// cover; the caller then redoes the block through load_block.
+template <class T>
+struct AccLoader {  // T is its own accumulator
+  using S = Simd<T>;
+  static constexpr int kVectors = kLanes<T> / S::kLength;
+  void load(const T* p, typename S::Value* v) {
+    for (int k = 0; k < kVectors; ++k) v[k] = S::load(p + k * S::kLength);
+  }
+  bool exact() const { return true; }
+};
+
+template <>
+struct AccLoader<BFloat16> {  // the bits, moved to the top half of a float
+  using S = Simd<float>;
+  static constexpr int kVectors = kLanes<float> / S::kLength;
+  typedef uint16_t Halves __attribute__((vector_size(kVectorBytes / 2)));
+  typedef uint32_t Words __attribute__((vector_size(kVectorBytes)));
+  void load(const BFloat16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; ++k) {
+      Halves h;
+      std::memcpy(&h, p + k * S::kLength, sizeof h);
+      v[k] = reinterpret_cast<S::Value>(__builtin_convertvector(h, Words) << 16);
+    }
+  }
+  bool exact() const { return true; }
+};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own _mm512_cvtph_ps, inside its header
+template <>
+struct AccLoader<Float16> {
+  using S = Simd<float>;
+  static constexpr int kVectors = kLanes<float> / S::kLength;
+#if defined(__AVX512F__)
+  void load(const Float16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; ++k)
+      v[k] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k * S::kLength)));
+  }
+  bool exact() const { return true; }
+#elif defined(__F16C__)
+  void load(const Float16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; ++k)
+      v[k] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * S::kLength)));
+  }
+  bool exact() const { return true; }
+#elif defined(ONNX_POOLS_NEON_INTRINSICS)
+  void load(const Float16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; ++k) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(p + k * S::kLength);
+      const float32x4_t f = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+      std::memcpy(&v[k], &f, sizeof f);
+    }
+  }
+  bool exact() const { return true; }
+#else
+  // Without a conversion instruction (SSE2, 16-byte vectors): each half's bits moved into float position are its
+  // value times 2^-112 when it is zero or normal, so one multiply converts it (an eighth of halves_to_floats'
+  // work). The smallest and largest magnitudes seen tell whether a subnormal, infinity or NaN came by: then
+  // exact() is false.
+  static_assert(kVectorBytes == 16, "the shuffles below are written for 8 halves per vector");
+  typedef uint16_t Halves __attribute__((vector_size(16)));
+  typedef int16_t SignedHalves __attribute__((vector_size(16)));
+  typedef int32_t Words __attribute__((vector_size(16)));
+  // per lane: min over (magnitude - 1) ^ 0x8000 (unsigned order as signed: zero comes out largest), max magnitude
+  SignedHalves smallest = SignedHalves{} + INT16_MAX, largest = {};
+  void load(const Float16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; k += 2) {
+      Halves h;
+      std::memcpy(&h, p + k * S::kLength, sizeof h);
+      const Halves magnitude = h & 0x7fff;
+      const SignedHalves below = reinterpret_cast<SignedHalves>((magnitude - 1) ^ 0x8000);
+      smallest = below < smallest ? below : smallest;
+      largest =
+          reinterpret_cast<SignedHalves>(magnitude) > largest ? reinterpret_cast<SignedHalves>(magnitude) : largest;
+      const Halves zero = {};
+      const Words low = reinterpret_cast<Words>(__builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11));
+      const Words high = reinterpret_cast<Words>(__builtin_shufflevector(zero, h, 4, 12, 5, 13, 6, 14, 7, 15));
+      // the arithmetic shift puts exponent and mantissa in place and copies the sign into bits 28..31, of which
+      // the mask keeps bit 31
+      v[k] = reinterpret_cast<S::Value>((low >> 3) & static_cast<int32_t>(0x8fffe000u)) * 0x1p112f;
+      v[k + 1] = reinterpret_cast<S::Value>((high >> 3) & static_cast<int32_t>(0x8fffe000u)) * 0x1p112f;
+    }
+  }
+  bool exact() const {
+    bool covered = true;
+    for (int l = 0; l < 8; ++l) {
+      covered &= smallest[l] >= static_cast<int16_t>(0x3ff ^ 0x8000) && largest[l] < 0x7c00;
+    }
+    return covered;
+  }
+#endif
+};
+#pragma GCC diagnostic pop
+
 // The accumulator view of n elements: the elements themselves when T is its own accumulator.
 template <class T>
 const AccOf<T>* acc_view(const T* src, AccOf<T>* buf, int64_t n) {

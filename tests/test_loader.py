@@ -286,6 +286,32 @@ for dtype in ALL_DTYPES:
             assert np.isnan(y[3]), y[3]
 
         check(half_max, f"GlobalMaxPool {dtype} signs, subnormals, negative NaN")
+
+        # Sums convert 16-bit floats in registers, and without F16C only zeros and normal halves that way: a block
+        # holding a subnormal, inf or NaN is redone through the block conversion. Channels of 2500 (a clean 1024
+        # block, a block with the odd value, a tail): multiples of 2^-24 (the smallest float16 subnormal) that
+        # every float sum adds exactly, so GlobalAveragePool's sum and GlobalLpPool p=1 must equal the float64 ones.
+        tiny = 2.0**-24 if dtype == "float16" else 2.0**-133  # the smallest subnormal of each
+        x = rng.integers(-64, 65, [1, 6, 2500]).astype(np.float64) * 2.0**-10
+        x[0, 0, :] = 0.0  # zeros only, both signs
+        x[0, 0, ::3] = -0.0
+        x[0, 1, 1500] = 5 * tiny  # one subnormal in the second block
+        x[0, 2, 1030:1040] = -tiny  # several, negative
+        x[0, 3, 2000] = np.inf
+        x[0, 4, 1100] = np.nan
+        x[0, 5, 2400:] = tiny  # subnormals in the tail only
+        x = R.to_dtype(x, dtype)
+
+        def half_sums():
+            xd = R.to_f64(x)
+            y = R.to_f64(run_op("GlobalAveragePool", 22, dtype, x)[0])[0, :, 0]
+            ref = R.to_f64(R.to_dtype(xd.sum(axis=-1) / 2500, dtype))[0]
+            assert np.array_equal(y, ref, equal_nan=True), (y, ref)
+            y1 = R.to_f64(run_op("GlobalLpPool", 22, dtype, x, {"p": 1})[0])[0, :, 0]
+            ref1 = R.to_f64(R.to_dtype(np.abs(xd).sum(axis=-1), dtype))[0]
+            assert np.array_equal(y1, ref1, equal_nan=True), (y1, ref1)
+
+        check(half_sums, f"GlobalAveragePool/GlobalLpPool {dtype}: zeros, subnormals, inf, NaN in 1024-element blocks")
     for opset in (1, 11, 18, 22):
         for i in range(6):
             attrs, ref_kwargs, shape = gen_case(rng, opset)
