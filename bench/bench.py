@@ -374,12 +374,16 @@ def _isa_worker():
 
 
 class IsaWorker:
-    """bench.py --isa-worker in a child process with ONNX_POOLS_ISA=isa (read when the child loads the library)."""
+    """bench.py --isa-worker in a child process with ONNX_POOLS_ISA=isa (read when the child loads the library);
+    with `library`, that build of the library (ONNX_POOLS_LIBRARY) instead of the package's own."""
 
-    def __init__(self, isa):
+    def __init__(self, isa, library=None):
         import subprocess
 
         env = dict(os.environ, ONNX_POOLS_ISA=isa)
+        self.baseline = library is not None
+        if library is not None:
+            env["ONNX_POOLS_LIBRARY"] = os.path.abspath(library)
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
         env["PYTHONPATH"] = os.pathsep.join([package_root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.process = subprocess.Popen(
@@ -407,17 +411,24 @@ class IsaWorker:
             self.process.wait(timeout=30)
 
 
-def start_workers(requested):
-    """One worker per requested ISA the CPU runs (in ISA_ORDER); the others are reported and left out."""
+def start_workers(requested, baseline=None):
+    """One worker per requested ISA the CPU runs (in ISA_ORDER), and with `baseline` (another build of the library)
+    a second one per ISA running that build; ISAs the CPU lacks are reported and left out."""
     workers = []
     for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99):
         w = IsaWorker(isa)
         if w.isa != isa:
             print(f"  ISA {isa}: not available on this CPU (the library chose {w.isa}); left out", file=sys.stderr)
             w.stop()
-        else:
-            workers.append(w)
+            continue
+        workers.append(w)
+        if baseline:
+            workers.append(IsaWorker(isa, baseline))
     return workers
+
+
+def engine_of(worker):
+    return ("baseline:" if worker.baseline else "") + worker.isa
 
 
 def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
@@ -443,9 +454,9 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     outputs = {}
     for w in workers:
         for t, y in w.call("setup", model, x, thread_counts).items():
-            outputs[(w.isa, t)] = y
+            outputs[(engine_of(w), t)] = y
     for t in thread_counts:
-        runners += [(w.isa, t, w) for w in workers]
+        runners += [(engine_of(w), t, w) for w in workers]
         try:
             sess = ort_session(model, False, t)
             run, outputs[("stock", t)] = bound_runner(sess, x)
@@ -465,7 +476,7 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
 
             runners.append(("torch", t, run_torch))
     samples = {(e, t): [] for e, t, _ in runners}
-    kernel_ok = {w.isa: True for w in workers}
+    kernel_ok = {engine_of(w): True for w in workers}
     per_round = target / ROUNDS
     old_threads = torch.get_num_threads() if torch is not None else None
     try:
@@ -490,6 +501,8 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     medians = {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}
     rows = []
     for w in workers:
+        if w.baseline:
+            continue
         for t in thread_counts:
             r = dict(
                 base[t],
@@ -498,6 +511,12 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
                 lib_runs=len(samples[(w.isa, t)]),
                 lib_kernel_ok=kernel_ok[w.isa],
             )
+            if ("baseline:" + w.isa, t) in medians:
+                r["baseline_ms"] = medians[("baseline:" + w.isa, t)]
+                r["speedup_vs_baseline"] = r["baseline_ms"] / r["lib_ms"]
+                r["lib_kernel_ok"] &= kernel_ok["baseline:" + w.isa]
+                before, after = outputs[("baseline:" + w.isa, t)], outputs[(w.isa, t)]
+                r["same_as_baseline"] = before.tobytes() == after.tobytes()
             r["stock_ms"] = medians.get(("stock", t))
             r["torch_ms"] = medians.get(("torch", t))
             r["max_diff_vs_stock"] = (
@@ -646,6 +665,10 @@ def markdown(env, ceilings, results):
         "| max diff vs stock |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    with_baseline = any("baseline_ms" in r for r in results)
+    if with_baseline:
+        lines[-2] += " baseline ms | speed-up vs baseline | same bits as baseline |"
+        lines[-1] += "---|---|---|"
     for r in results:
         ceil = ceilings[r["threads"]]["ceiling"]
         stock = _f(r.get("stock_ms"), ".3f") if r.get("stock_ms") else "fails"
@@ -658,6 +681,9 @@ def markdown(env, ceilings, results):
             f"| {100 * r['lib_GBps'] / ceil:.0f}% | {'yes' if r['lib_kernel_ok'] else 'NO'} "
             f"| {_f(r.get('max_diff_vs_stock'), '.2g')} |"
         )
+        if with_baseline:
+            same = {True: "yes", False: "NO", None: "-"}[r.get("same_as_baseline")]
+            lines[-1] += f" {_f(r.get('baseline_ms'), '.3f')} | {_f(r.get('speedup_vs_baseline'), '.2f')} | {same} |"
     lines += [
         "",
         "speed-up = other time / lib time (> 1: the library is faster). GB/s = input bytes / median time. "
@@ -718,6 +744,12 @@ def main(argv=None):
         help="instead of timing: the peak RSS increase of one run "
         "of each op and layout on a 1 GiB input (scratch memory), per ISA",
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="LIB",
+        help="another build of libonnx_pools.so (e.g. an earlier commit's) timed on each ISA in the same "
+        "interleaved rounds: adds 'baseline ms' and 'speed-up vs baseline' (before/after in one run)",
+    )
     args = ap.parse_args(argv)
     try:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
@@ -742,12 +774,17 @@ def main(argv=None):
     if args.memory:
         return memory_report(requested, args.markdown)
     target, min_runs = (0.2, 3) if args.quick else (1.0, 5)
-    workers = start_workers(requested)
+    if args.baseline and not os.path.isfile(args.baseline):
+        print(f"error: --baseline {args.baseline}: no such file", file=sys.stderr)
+        return 2
+    workers = start_workers(requested, args.baseline)
     if not workers:
         print(f"error: none of the ISAs {requested} runs here", file=sys.stderr)
         return 2
     env = environment()
-    env["isas"] = [w.isa for w in workers]
+    env["isas"] = [w.isa for w in workers if not w.baseline]
+    if args.baseline:
+        env["baseline"] = os.path.abspath(args.baseline)
     ceilings = {t: read_ceiling(t, target, args.quick) for t in threads}
     rng = np.random.default_rng(0)
     results = []

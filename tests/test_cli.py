@@ -288,3 +288,23 @@ def test_bench_smoke(tmp_path, capsys):
 def test_bench_no_matching_case(capsys):
     code, out, err = run_cli(capsys, "bench", "--cases", "NoSuchOp", "--quick")
     assert code == 2 and "no case matches" in err
+
+
+@needs_bench
+def test_bench_baseline_columns(capsys):
+    """--baseline times another build in the same rounds; the library against itself gives the same bits."""
+    library = onnx_pools.get_library_path()
+    code, out, err = run_cli(
+        capsys, "bench", "--quick", "--small", "--cases", "GlobalAveragePool f32 1x8", "--threads", "1",
+        "--isa", "portable", "--baseline", library,
+    )  # fmt: skip
+    assert code == 0, err
+    header, _, *rows = [line for line in out.splitlines() if line.startswith("|")]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[-3:] == ["baseline ms", "speed-up vs baseline", "same bits as baseline"]
+    assert rows
+    for row in rows:  # one row per case and ISA: the baseline is a column, not a row
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "portable" and cells[-1] == "yes" and float(cells[-3]) > 0
+    code, _, err = run_cli(capsys, "bench", "--small", "--baseline", "/no/such/lib.so")
+    assert code == 2 and "no such file" in err
