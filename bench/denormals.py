@@ -11,7 +11,7 @@ For each float op and element type, the same one-node model is timed on three in
 Time = median of runs (IOBinding with pre-bound OrtValues) after warm-up; the table gives each median and the
 ratio to the normal input of the same session. Stock ORT is timed where it has a kernel (float32; float16 through
 the Casts ORT inserts); '-' elsewhere. The library's call counter is checked to move on every library run.
-No pass/fail: a ratio far above 1 is the finding (issue 7: denormals must not slow kernels by orders of magnitude).
+No pass/fail: a ratio far above 1 is the finding (denormals must not slow a kernel by orders of magnitude).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ except ImportError:  # run as a script from a checkout
 import ml_dtypes
 import onnxruntime as ort
 from onnx import TensorProto, helper
+
+from onnx_pools.cli import to_ortvalue
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TYPES = {
@@ -74,14 +76,6 @@ def make_input(kind, dtype, shape, rng):
     return (mag * scale).astype(TYPES[dtype][0])
 
 
-def ortvalue(x, dtype):
-    if dtype == "bfloat16":
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            np.ascontiguousarray(x).view(np.uint16), TensorProto.BFLOAT16
-        )
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x))
-
-
 def session(model, library, threads):
     so = onnx_pools.session_options() if library else ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -116,7 +110,7 @@ def bench(dtypes, threads, target):
         op = label.split()[0]
         for dtype in dtypes:
             model = model_bytes(op, attrs, dtype, shape)
-            inputs = {k: ortvalue(make_input(k, dtype, shape, rng), dtype) for k in KINDS}
+            inputs = {k: to_ortvalue(make_input(k, dtype, shape, rng)) for k in KINDS}
             row = {"case": f"{label} {'x'.join(map(str, shape))}", "dtype": dtype, "threads": threads}
             for impl in ("lib", "stock"):
                 try:
