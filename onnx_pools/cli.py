@@ -320,6 +320,17 @@ def _moved(before, after):
 
 
 # ------------------------------------------------------------------------------------------------ demo
+def _collapsed(items):
+    """'a, a, a, b' as 'a x3, b': a model's nine identical pooling nodes read as one entry."""
+    runs = []
+    for item in items:
+        if runs and runs[-1][0] == item:
+            runs[-1][1] += 1
+        else:
+            runs.append([item, 1])
+    return ", ".join(item if count == 1 else f"{item} x{count}" for item, count in runs)
+
+
 def default_models_dir():
     """models/ of the source checkout, else ./models, else the models installed with the package (onnx_pools/models)."""
     candidates = []
@@ -361,12 +372,12 @@ def cmd_demo(args):
     )
     print(f"models: {mdir}  (intra-op threads: {args.threads}; times: median of runs of the whole model)")
     print()
-    rows, failed = [], 0
+    rows, failed, n_nodes = [], 0, 0
     for f in files:
         model = load_model(f)
         nodes = pooling_nodes(model)
         vis = value_types(model)
-        node_desc = ", ".join(f"{n.op_type}({elem_name(vis.get(n.input[0]))})" for n, _ in nodes) or "none"
+        node_desc = _collapsed([f"{n.op_type}({elem_name(vis.get(n.input[0]))})" for n, _ in nodes]) or "none"
         data = model.SerializeToString()
         try:
             lib = make_session(data, True, args.threads)
@@ -379,7 +390,8 @@ def cmd_demo(args):
             rows.append([f.name, node_desc, "-", "-", "-", f"LIBRARY FAILED: {short_reason(e)}"])
             continue
         # "ORT": left to ORT's blocked (NCHWc) layout after convolutions, where it is faster (see session_options)
-        served = ", ".join("library" if moved.get(n.op_type, 0) > 0 else "ORT" for n, _ in nodes) or "-"
+        served = _collapsed(["library" if moved.get(n.op_type, 0) > 0 else "ORT" for n, _ in nodes]) or "-"
+        n_nodes += sum(moved.get(n.op_type, 0) > 0 for n, _ in nodes)
         try:
             stock = make_session(data, False, args.threads)
             y_stock = run_session(stock, feeds)
@@ -391,7 +403,6 @@ def cmd_demo(args):
         t_stock = _median_time(lambda: run_session(stock, feeds))
         rows.append([f.name, node_desc, served, f"{diff:.3g}", f"{t_stock / t_lib:.2f}x", ""])
     print(_table(["model", "pooling nodes (op, type)", "kernel", "max |lib - stock|", "speed-up", "note"], rows))
-    n_nodes = sum(r[2].count("library") for r in rows)
     print(
         f"\n{len(files)} models, {n_nodes} pooling nodes served by the library"
         + (f", {failed} models FAILED with the library" if failed else "")
