@@ -148,6 +148,9 @@ def percentile(values, q):
     return float(np.percentile(values, q))
 
 
+SPIN_SETTLE_S = 0.02
+
+
 def time_sessions(sessions, feeds, rounds):
     """{engine: [per-round median seconds]} from interleaved rounds."""
     reps = {}
@@ -166,6 +169,10 @@ def time_sessions(sessions, feeds, rounds):
                 sessions[e].run(None, feeds)
                 ts.append(time.perf_counter() - t0)
             rounds_s[e].append(statistics.median(ts))
+            # a multi-threaded session's idle pool threads spin for a while after its run; the pause lets them go
+            # to sleep before the next session runs (else they take its cores: 2-thread ratios of two identical
+            # graphs spread 0.83-1.10x)
+            time.sleep(SPIN_SETTLE_S)
     return rounds_s
 
 
