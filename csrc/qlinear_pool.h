@@ -189,6 +189,64 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
   });
 }
 
+// The vectors Requantiser::span works in, and the narrowing of four of them (whole values within Q's range, or
+// marks 0/1) to bytes: by packs where the instruction set has them (x86-64 narrows lanes one by one otherwise).
+// AVX2 width also in the AVX-512 build: the same, tested, code.
+template <class Q>
+struct RequantiseLanes {
+#if defined(__AVX2__)
+  static constexpr int kLength = 8;
+#elif defined(__SSE2__) || defined(__ARM_NEON)
+  static constexpr int kLength = 4;
+#else
+  static constexpr int kLength = 4;
+#endif
+  typedef int32_t Ints __attribute__((vector_size(kLength * 4)));
+  typedef float Floats __attribute__((vector_size(kLength * 4)));
+  static Floats max(Floats a, Floats b) {
+#if defined(__AVX2__)
+    return _mm256_max_ps(a, b);
+#elif defined(__SSE2__)
+    return __builtin_ia32_maxps(a, b);
+#else
+    return a < b ? b : a;
+#endif
+  }
+  static Floats min(Floats a, Floats b) {
+#if defined(__AVX2__)
+    return _mm256_min_ps(a, b);
+#elif defined(__SSE2__)
+    return __builtin_ia32_minps(a, b);
+#else
+    return b < a ? b : a;
+#endif
+  }
+  template <class B>
+  static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
+    constexpr bool kSigned = std::is_signed_v<B>;
+#if defined(__AVX2__)
+    const __m256i ab = _mm256_packs_epi32(__m256i(a), __m256i(b));  // per 128-bit half: a, b
+    const __m256i cd = _mm256_packs_epi32(__m256i(c), __m256i(d));
+    const __m256i bytes = kSigned ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
+    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    std::memcpy(out, &ordered, sizeof ordered);
+#elif defined(__SSE2__)
+    typedef short Shorts8 __attribute__((vector_size(16)));
+    typedef char Bytes16 __attribute__((vector_size(16)));
+    const Shorts8 ab = __builtin_ia32_packssdw128(a, b);
+    const Shorts8 cd = __builtin_ia32_packssdw128(c, d);
+    const Bytes16 bytes = kSigned ? __builtin_ia32_packsswb128(ab, cd) : Bytes16(__builtin_ia32_packuswb128(ab, cd));
+    std::memcpy(out, &bytes, sizeof bytes);
+#else
+    typedef B Bytes __attribute__((vector_size(kLength)));
+    const Bytes parts[4] = {__builtin_convertvector(a, Bytes), __builtin_convertvector(b, Bytes),
+                            __builtin_convertvector(c, Bytes), __builtin_convertvector(d, Bytes)};
+    std::memcpy(out, parts, sizeof parts);
+#endif
+  }
+  static void narrow_marks(Ints a, Ints b, Ints c, Ints d, uint8_t* out) { narrow(a, b, c, d, out); }
+};
+
 // Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
 // whole-plane passes move half the bytes of int32 and the requantisation runs in float (see Requantiser).
 constexpr int64_t kShortSumKernel = 128;
@@ -262,12 +320,94 @@ struct Requantiser {
   }
 
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
-  // must settle, and returns whether there are any. Runs in chunks: while chunks carry no marks, the vectorised
-  // loop keeps only a flag in int32 lanes (storing byte marks costs it a third of its time) and a flagged chunk
-  // gets its marks from a second loop; after a flagged chunk (equal scales put marks in most of them) the next
-  // chunk stores its marks directly.
+  // must settle, and returns whether there are any. int16 sums: span() over stretches of values sharing
+  // zero_sum and scale; wider sums: run_chunks().
   bool run(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
            uint8_t* mark) const {
+    if constexpr (kFloat) {
+      if (channels == 1) return span<true>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+      // positions sharing zero_sum and scale (a row's interior windows) as one stretch
+      bool any = false;
+      for (int64_t i = 0; i < n;) {
+        int64_t j = i + 1;
+        while (j < n && zero_sum[j] == zero_sum[i] && scale[j] == scale[i]) ++j;
+        any |= span<false>(sums + i * channels, nullptr, nullptr, zero_sum[i], scale[i], (j - i) * channels,
+                           y + i * channels, mark + i * channels);
+        i = j;
+      }
+      return any;
+    }
+    return run_chunks(sums, zero_sum, scale, n, channels, y, mark);
+  }
+
+  // n values, as element() computes each (the same float operations, lane by lane, 4 vectors at a time): y,
+  // and a mark (0 or 1) per value; zero_sum and scale per value (kPerValue) or one pair for all. Returns whether
+  // any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose code
+  // for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one.
+  template <bool kPerValue>
+  bool span(const I* sums, const I* zero_sum, const Scale* scale, I zero_sum_all, Scale scale_all, int64_t n, Q* y,
+            uint8_t* mark) const {
+    static_assert(kFloat);
+    using Lanes = RequantiseLanes<Q>;
+    constexpr int kLength = Lanes::kLength;
+    using Ints = typename Lanes::Ints;
+    using Floats = typename Lanes::Floats;
+    typedef int16_t Shorts __attribute__((vector_size(kLength * 2)));
+    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
+    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
+    const Floats zero_point = Floats{} + static_cast<float>(y_zero);
+    const Floats magic = Floats{} + 12582912.0f;  // as in element()
+    const Floats band = Floats{} + (0.5f - 2e-4f);
+    const Floats scale_v = Floats{} + scale_all;
+    // values [at, at + kLength): the rounded values as Ints, and the marks (all ones where marked)
+    auto lanes = [&](int64_t at, Ints& rounded_ints, Ints& marked) {
+      Shorts s;
+      std::memcpy(&s, sums + at, sizeof s);
+      Ints d = __builtin_convertvector(s, Ints);
+      Floats sc = scale_v;
+      if constexpr (kPerValue) {
+        Shorts z;
+        std::memcpy(&z, zero_sum + at, sizeof z);
+        d -= __builtin_convertvector(z, Ints);
+        std::memcpy(&sc, scale + at, sizeof sc);
+      } else {
+        d -= static_cast<int32_t>(zero_sum_all);
+      }
+      Floats v = __builtin_convertvector(d, Floats) * sc + zero_point;
+      v = Lanes::max(v, qmin);  // v is never NaN: max/min are element()'s selects
+      v = Lanes::min(v, qmax);
+      const Floats rounded = (v + magic) - magic;
+      const Floats off = v - rounded;
+      marked = (off > band) | (off < -band);
+      rounded_ints = __builtin_convertvector(rounded, Ints);
+    };
+    Ints any{};
+    int64_t i = 0;
+    for (; i + 4 * kLength <= n; i += 4 * kLength) {
+      Ints r0, r1, r2, r3, m0, m1, m2, m3;
+      lanes(i, r0, m0);
+      lanes(i + kLength, r1, m1);
+      lanes(i + 2 * kLength, r2, m2);
+      lanes(i + 3 * kLength, r3, m3);
+      Lanes::narrow(r0, r1, r2, r3, y + i);
+      const Ints m = (m0 | m1) | (m2 | m3);
+      any |= m;
+      Lanes::narrow_marks(m0 & 1, m1 & 1, m2 & 1, m3 & 1, mark + i);
+    }
+    int32_t flags = 0;
+    for (int k = 0; k < kLength; ++k) flags |= any[k];
+    for (; i < n; ++i) {
+      y[i] = element(sums[i], kPerValue ? zero_sum[i] : zero_sum_all, kPerValue ? scale[i] : scale_all, mark[i]);
+      flags |= mark[i];
+    }
+    return flags != 0;
+  }
+
+  // run() for int32/int64 sums (double arithmetic), in chunks: while chunks carry no marks, the vectorised loop
+  // keeps only a flag in int32 lanes (storing byte marks costs it a third of its time) and a flagged chunk gets its
+  // marks from a second loop; after a flagged chunk the next chunk stores its marks directly.
+  bool run_chunks(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
+                  uint8_t* mark) const {
     bool any = false, last_flagged = false;
     // elements [begin, end) of a stretch sharing zero_sum_of / scale_of (per element, or one position's)
     auto chunk = [&](const I* s, auto&& zero_sum_of, auto&& scale_of, Q* out, uint8_t* m, int64_t begin, int64_t end) {
