@@ -124,6 +124,41 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
   return ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q);
 }
 
+// A float value clamped to Q's range and rounded half to even, still as a float: to_quantized(clamp_to(value)) in
+// float (the same result: the value and its bounds are exact in both), so that loops over channels vectorise.
+template <class Q>
+inline float rounded_output(float value) {
+  constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
+  constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
+  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: (v + magic) - magic rounds half to even, |v| < 2^22
+  value = qmin > value ? qmin : value;
+  value = qmax < value ? qmax : value;
+  return (value + magic) - magic;
+}
+
+// ORT's outputs (as ort_float_value_2d, rounded by rounded_output) of all `channels` values of the window at
+// output row oh, column col, into out: vectorised across the channels, divisions included.
+template <class Q>
+void ort_channel_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t col,
+                            const QLinearParams& q_in, int64_t kernel_size, float* out) {
+  const QLinearParams q = q_in;  // a local copy: the stores to out cannot alias it, so the loops vectorise
+  int64_t r_lo, r_hi, k_lo, k_hi;
+  p.rows.valid_range(oh, r_lo, r_hi);
+  p.cols.valid_range(col, k_lo, k_hi);
+  fill(out, channels, 0.0f);
+  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = col * p.cols.stride - p.cols.pad_begin;
+  for (int64_t r = r_lo; r < r_hi; ++r) {
+    const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels;
+    for (int64_t k = k_lo; k < k_hi; ++k) {
+      const Q* xk = xr + k * p.cols.dilation * channels;
+      for (int64_t c = 0; c < channels; ++c) out[c] += ort_dequantised(xk[c], q);
+    }
+  }
+  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
+  const int64_t count = q.count_include_pad ? kernel_size : valid;
+  for (int64_t c = 0; c < channels; ++c) out[c] = rounded_output<Q>(ort_requantised(out[c], count, q));
+}
+
 // Outputs of the marked elements of output row oh, columns [begin, begin + n) with `channels` interleaved,
 // evaluated as ort_float_value_2d does but vectorised: across the channels of a window (NHWC), or across the row
 // (one plane): with equal scales whole edge rows land on ties, and one window at a time would cost several times
@@ -143,25 +178,9 @@ void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, i
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* mj = mark + j * channels;
       if (!any_marked(mj, channels)) continue;
-      int64_t k_lo, k_hi;
-      cols.valid_range(begin + j, k_lo, k_hi);
-      fill(acc, channels, 0.0f);
-      const int64_t col0 = (begin + j) * cols.stride - cols.pad_begin;
-      for (int64_t r = r_lo; r < r_hi; ++r) {
-        const Q* xr = x + ((row0 + r * p.rows.dilation) * cols.in + col0) * channels;
-        for (int64_t k = k_lo; k < k_hi; ++k) {
-          const Q* xk = xr + k * cols.dilation * channels;
-          for (int64_t c = 0; c < channels; ++c) {
-            acc[c] += ort_dequantised(xk[c], q);
-          }
-        }
-      }
-      // all channels at once (vectorised divisions), then the marked ones rounded
-      const int64_t count = count_of((r_hi - r_lo) * (k_hi - k_lo));
-      for (int64_t c = 0; c < channels; ++c) acc[c] = ort_requantised(acc[c], count, q);
-      for (int64_t c = 0; c < channels; ++c) {
-        if (mj[c]) y[j * channels + c] = output(acc[c]);
-      }
+      ort_channel_outputs_2d(x, p, channels, oh, begin + j, q, kernel_size, acc);
+      Q* yj = y + j * channels;
+      for (int64_t c = 0; c < channels; ++c) yj[c] = mj[c] ? static_cast<Q>(static_cast<int32_t>(acc[c])) : yj[c];
     }
     return;
   }
@@ -296,6 +315,23 @@ struct Requantiser {
   double exact(I sum, int64_t valid) const {
     return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * window_scale(valid) +
                        y_zero);
+  }
+
+  // Settles the marked values of one position of `channels` values whose windows hold `valid` input elements,
+  // given ORT's outputs for them (ort: rounded floats): the exact value where it decides (as settle()), ORT's
+  // where it lies on a tie. Branch-free across the channels, so it vectorises (int16 sums: the difference fits
+  // int32, whose conversion to double is a vector instruction).
+  void settle_position(const I* sums, int64_t channels, int64_t valid, const float* ort, const uint8_t* mark,
+                       Q* y) const {
+    static_assert(kFloat);
+    const int32_t zero = x_zero_point * static_cast<int32_t>(valid);
+    const double scale = window_scale(valid), zero_point = y_zero;
+    for (int64_t c = 0; c < channels; ++c) {
+      const double v = clamp_to<Q>(static_cast<double>(static_cast<int32_t>(sums[c]) - zero) * scale + zero_point);
+      const double rounded = round_half_even(v);
+      const float out = std::fabs(v - rounded) > 0.5 - 1e-4 ? ort[c] : static_cast<float>(rounded);
+      y[c] = mark[c] ? static_cast<Q>(static_cast<int32_t>(out)) : y[c];
+    }
   }
 
   // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
@@ -536,13 +572,13 @@ struct RequantisePattern {
 // The requantisation of n positions of `channels` values, the one sequence both paths run: the vectorised pass
 // (Requantiser::run), the exact value for the elements it marks (settle; valid_of(i): elements in position i's
 // windows), and ORT's float evaluation, by ties(), for those the exact value leaves on a tie (still marked).
-template <class Q, class I, class Valid, class Ties>
+// With kSettleFirst false, ties() gets every marked element and settles them itself (see settle_position).
+template <bool kSettleFirst = true, class Q, class I, class Valid, class Ties>
 void requantise(const Requantiser<Q, I>& r, const I* sums, const RequantisePattern<Q, I>& pattern, int64_t n,
                 int64_t channels, Q* y, uint8_t* mark, Valid&& valid_of, Ties&& ties) {
-  if (r.run(sums, pattern.zero_sum, pattern.scale, n, channels, y, mark) &&
-      r.settle(sums, n, channels, mark, y, valid_of) > 0) {
-    ties();
-  }
+  if (!r.run(sums, pattern.zero_sum, pattern.scale, n, channels, y, mark)) return;
+  if (kSettleFirst && r.settle(sums, n, channels, mark, y, valid_of) == 0) return;
+  ties();
 }
 
 // 1-D and 2-D pools (NCHW planes, channels == 1, or NHWC images): window sums streamed an output row at a time
@@ -597,10 +633,24 @@ class QLinearStreamPlan {
       // the pattern of one row of the strip: the key tells the row count and the strip apart
       pattern_.ensure(requantiser_, rc_.cols, rows_valid * (rc_.cols.out + 1) + begin, rows_valid, begin, n, 1);
       Q* out = yu + (oh * rc_.cols.out + begin) * channels_;
-      requantise(
-          requantiser_, sums, pattern_, n, channels_, out, mark_,
-          [&](int64_t j) { return rows_valid * rc_.cols.valid_count(begin + j); },
-          [&] { ort_tie_outputs_2d(xu, rc_, channels_, oh, begin, n, q_, g_.kernel_size, mark_, out, acc_); });
+      auto valid_of = [&](int64_t j) { return rows_valid * rc_.cols.valid_count(begin + j); };
+      if constexpr (Requantiser<Q, I>::kFloat) {
+        if (channels_ > 1) {
+          // NHWC: each marked window's exact and ORT values across its channels at once; with equal scales the
+          // edge windows of 4 or 6 elements put a sixth of their values on exact ties, in every row
+          requantise<false>(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of, [&] {
+            for (int64_t j = 0; j < n; ++j) {
+              const uint8_t* mj = mark_ + j * channels_;
+              if (!any_marked(mj, channels_)) continue;
+              ort_channel_outputs_2d(xu, rc_, channels_, oh, begin + j, q_, g_.kernel_size, acc_);
+              requantiser_.settle_position(sums + j * channels_, channels_, valid_of(j), acc_, mj, out + j * channels_);
+            }
+          });
+          return true;
+        }
+      }
+      requantise(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of,
+                 [&] { ort_tie_outputs_2d(xu, rc_, channels_, oh, begin, n, q_, g_.kernel_size, mark_, out, acc_); });
       return true;
     };
     stream_window_sums(rc_, channels_, sums_, tags_, load, finish);
@@ -757,8 +807,35 @@ class QLinearPlan {
     auto valid_of = [&](int64_t i) {
       return row_lead_valid_[(row + i / out_last_) % rows_] * last_.valid_count(i % out_last_);
     };
+    if constexpr (Requantiser<Q, I>::kFloat) {
+      if (channels_ == 1 && rank_ <= 2) {  // NCHW planes: settled and tied in one pass, row by row
+        requantise<false>(requantiser_, s, pattern, n_rows * out_last_, 1, yb, mark_, valid_of,
+                          [&] { settle_plane_rows(xu, yb, s, row, n_rows); });
+        return;
+      }
+    }
     requantise(requantiser_, s, pattern, n_rows * out_last_, channels_, yb, mark_, valid_of,
                [&] { ort_ties(xu, yb, row, n_rows); });
+  }
+
+  // The marked elements of output rows [row, row + n_rows) of 1-D/2-D planes: the exact value where it decides,
+  // ORT's float value where it lies on a tie (as settle() then ort_ties(), without a division per element: with
+  // equal scales a sixth of the edge windows are ties, in every row).
+  void settle_plane_rows(const Q* xu, Q* yb, const I* sums, int64_t row, int64_t n_rows) {
+    for (int64_t i = 0; i < n_rows; ++i) {
+      const uint8_t* mr = mark_ + i * out_last_;
+      if (!any_marked(mr, out_last_)) continue;
+      const int64_t r = row + i, plane_row = r % rows_;
+      const Q* x_plane = xu + (r / rows_) * g_.in_size;
+      const int64_t lead_valid = row_lead_valid_[plane_row];
+      const I* sr = sums + i * out_last_;
+      Q* yr = yb + i * out_last_;
+      for_each_marked(mr, out_last_, [&](int64_t j) {
+        const double v = requantiser_.exact(sr[j], lead_valid * last_.valid_count(j));
+        yr[j] = to_quantized<Q>(
+            near_tie(v) ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)) : v);
+      });
+    }
   }
 
   // ORT's float evaluation of the elements still marked in output rows [row, row + n_rows) of this step.
