@@ -78,14 +78,17 @@ inline int64_t count_marked(const uint8_t* mark, int64_t n) {
   return count;
 }
 
-// Calls f(i) for each i < n with mark[i] != 0, skipping unmarked stretches 32 bytes at a time.
+// Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time: a loop turn
+// per marked element (its lowest set bit) instead of a branch per mark, which mispredicted on every tie.
 template <class F>
 void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    if (!any_marked(mark + i, 32)) continue;
-    for (int64_t k = 0; k < 32; ++k) {
-      if (mark[i + k]) f(i + k);
+  for (; __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && i + 8 <= n; i += 8) {  // mark i + k is byte k of the word
+    uint64_t word;
+    std::memcpy(&word, mark + i, sizeof word);
+    while (word != 0) {
+      f(i + (__builtin_ctzll(word) >> 3));
+      word &= word - 1;
     }
   }
   for (; i < n; ++i) {
