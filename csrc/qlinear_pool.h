@@ -3,6 +3,8 @@
 // so everything here is compiled once per instruction set with that file's flags.
 #pragma once
 
+#include "qlinear_windows.h"  // (inside the per-ISA namespace, as this file)
+
 // ---- QLinearAveragePool ---------------------------------------------------------------------------------
 
 inline double round_half_even(double v) {       // |v| < 2^51
@@ -705,6 +707,7 @@ class QLinearPlan {
         // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that
         // the requantisation still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
         direct_(summed_area_planes(g, channels)),
+        flat_(channels == 1 && !direct_ && flat_plane_sums_apply(g)),
         step_units_(direct_ ? max_of<int64_t>(1, min_of<int64_t>(units, kRequantiseBlock / g.out_size)) : 1),
         // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one
         // flat block of up to ~kRequantiseBlock values: one row alone is often shorter than the vectorised loop's
@@ -757,7 +760,7 @@ class QLinearPlan {
   size_t layout(ScratchBuffer* memory) {
     const int64_t block_positions = block_rows_ * out_last_;
     const int64_t sums_scratch = g_.largest_intermediate * channels_;  // checked by the op
-    const int64_t widened = channels_ == 1 && !direct_ ? g_.in_size : 0;
+    const int64_t widened = channels_ == 1 && !direct_ && !flat_ ? g_.in_size : 0;
     const int64_t direct_sums =
         direct_ ? step_units_ * g_.out_size + (last_.in + 1) + (g_.axes[0].in + 1) * out_last_ : 0;
     ScratchLayout l;
@@ -796,6 +799,10 @@ class QLinearPlan {
       return step_sums_;
     }
     if (channels_ == 1) {
+      if (flat_) {
+        flat_plane_sums(xu, buf_a_, buf_b_, g_);
+        return buf_b_;
+      }
       for (int64_t i = 0; i < g_.in_size; ++i) plane_[i] = static_cast<I>(xu[i]);
       return window_sums(static_cast<const I*>(plane_), buf_a_, buf_b_, g_, 1);
     }
@@ -871,6 +878,7 @@ class QLinearPlan {
   const int64_t row_size_;    // values of one output row
   const int64_t rows_;        // output rows of one unit
   const bool direct_;         // summed-area sums (summed_area_planes)
+  const bool flat_;           // flat passes over each plane (flat_plane_sums)
   const int64_t step_units_;  // units whose sums are taken per step
   const int64_t block_rows_;  // output rows requantised per pass, at most
   const Requantiser<Q, I> requantiser_;
