@@ -313,7 +313,7 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
             T* y_row = yp + (oh0 + r) * out_w;
             A* out = roots;
             if constexpr (std::is_same_v<T, A>) out = y_row;
-            int64_t bad = 0;
+            int32_t bad = 0;  // at most out_w <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
             auto finish = [&](auto sum_at) {
               if (e == 0) {
                 for (int64_t j = 0; j < out_w; ++j) {
