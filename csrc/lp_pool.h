@@ -307,8 +307,33 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
             padded_column_sums(static_cast<const A*>(powered + ready * rb.pitch), column + ready * op,
                                (span - ready) * op, cols);
           }
+          // The input rows the next block (or the next plane's first block) reads, fetched into the cache a part
+          // per output row while this block computes its roots: memory and arithmetic then overlap.
+          const char* fetch_begin = nullptr;
+          int64_t fetch_bytes = 0;
+          {
+            const int64_t next = oh0 + nb;
+            const T* base = xp;
+            int64_t r0 = first_row + span, r1 = 0;
+            if (next < rows.out) {
+              r1 = (min_of(rows.out, next + rb.block) - 1) * rows.stride - rows.pad_begin + rows.kernel;
+            } else if (plane + 1 < planes) {
+              base = xp + g.in_size;
+              r0 = 0;
+              r1 = (min_of(rows.out, rb.block) - 1) * rows.stride - rows.pad_begin + rows.kernel;
+            }
+            r0 = max_of<int64_t>(r0, 0);
+            r1 = min_of(r1, rows.in);
+            if (r1 > r0) {
+              fetch_begin = reinterpret_cast<const char*>(base + r0 * in_w);
+              fetch_bytes = (r1 - r0) * in_w * static_cast<int64_t>(sizeof(T));
+            }
+          }
           // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
           for (int64_t r = 0; r < nb; ++r) {
+            for (int64_t b = fetch_bytes * r / nb, end = fetch_bytes * (r + 1) / nb; b < end; b += 64) {
+              __builtin_prefetch(fetch_begin + b);
+            }
             const A* c0 = column + r * rows.stride * op;
             T* y_row = yp + (oh0 + r) * out_w;
             A* out = roots;
