@@ -123,7 +123,7 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
 // rows x out_pitch outputs (out_pitch = pitch / stride; the few outputs past cols.out in each row read into the
 // next row's padding and are ignored). With row stride 1 the row sums of a block are one loop too. Padding takes
 // part as zeros, which adds exactly nothing (sums of |x|^p are >= +0 or NaN), so the sums and their order are
-// those of stream_window_sums: same bits. Scratch: a few dozen rows, whatever the plane.
+// those of stream_window_sums: same bits. Scratch: the rows of one block (bounded in row_blocks), whatever the plane.
 struct RowBlocks {
   int64_t pitch = 0;      // values per powered row
   int64_t out_pitch = 0;  // pitch / cols.stride >= cols.out
@@ -146,9 +146,14 @@ inline bool row_blocks(const RowsAndColumns& rc, RowBlocks& rb) {
   if (cols.in > kBlockedRowLimit || cols.pad_begin > cols.in || cols.pad_end > cols.in) return false;
   const int64_t reach = (cols.out - 1) * cols.stride + (cols.kernel - 1) * cols.dilation + 1;
   const int64_t width = max_of(cols.pad_begin + cols.in, reach);
+  if (cols.stride > cols.in || width > 3 * cols.in) return false;  // powered rows a small multiple of the input's
   rb.out_pitch = (width + cols.stride - 1) / cols.stride;
   rb.pitch = rb.out_pitch * cols.stride;
-  rb.block = max_of<int64_t>(1, min_of(rows.out, kBlockValues / rb.out_pitch));
+  // outputs per block about kBlockValues, and the input rows a block adds to its first window's at most
+  // 4 kBlockValues values: scratch O(kernel rows x row length) whatever the strides
+  const int64_t by_outputs = kBlockValues / rb.out_pitch;
+  const int64_t by_inputs = 1 + 4 * kBlockValues / (rows.stride * rb.pitch);
+  rb.block = max_of<int64_t>(1, min_of(rows.out, min_of(by_outputs, by_inputs)));
   rb.span = (rb.block - 1) * rows.stride + rows.kernel;
   rb.slack = (cols.kernel - 1) * cols.dilation + cols.stride;
   return true;
