@@ -116,9 +116,298 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
   }
 }
 
+// ---- 1-D and 2-D planes, a block of output rows at a time ---------------------------------------------
+
+// Layout of the blocked path. Each input row's |x|^p goes into a row of `pitch` values: zeros, the row, zeros,
+// with pitch a multiple of the column stride, so that the column sums of all rows of a block are one loop over
+// rows x out_pitch outputs (out_pitch = pitch / stride; the few outputs past cols.out in each row read into the
+// next row's padding and are ignored). With row stride 1 the row sums of a block are one loop too. Padding takes
+// part as zeros, which adds exactly nothing (sums of |x|^p are >= +0 or NaN), so the sums and their order are
+// those of stream_window_sums: same bits. Scratch: the rows of one block (bounded in row_blocks), whatever the plane.
+struct RowBlocks {
+  int64_t pitch = 0;      // values per powered row
+  int64_t out_pitch = 0;  // pitch / cols.stride >= cols.out
+  int64_t block = 0;      // output rows per block
+  int64_t span = 0;       // input rows one block's windows reach: (block - 1) * rows.stride + rows.kernel
+  int64_t slack = 0;      // values read past the last powered row by the ignored outputs
+};
+
+// Output values a block aims at: long enough loops, small enough to stay in L1 with the other buffers.
+constexpr int64_t kBlockValues = 1024;
+// Longest input row the blocked path takes (longer rows, e.g. 1-D planes, stream in strips instead).
+constexpr int64_t kBlockedRowLimit = 16384;
+
+inline bool row_blocks(const RowsAndColumns& rc, RowBlocks& rb) {
+  const AxisGeometry& rows = rc.rows;
+  const AxisGeometry& cols = rc.cols;
+  // Every input row of a block's span is used (row stride <= kernel, no row dilation), kernels and pads are not
+  // longer than the input, and rows are of ordinary length: scratch stays a few rows.
+  if (rows.dilation != 1 || rows.stride > rows.kernel || rows.kernel > rows.in || cols.kernel > cols.in) return false;
+  if (cols.in > kBlockedRowLimit || cols.pad_begin > cols.in || cols.pad_end > cols.in) return false;
+  const int64_t reach = (cols.out - 1) * cols.stride + (cols.kernel - 1) * cols.dilation + 1;
+  const int64_t width = max_of(cols.pad_begin + cols.in, reach);
+  if (cols.stride > cols.in || width > 3 * cols.in) return false;  // powered rows a small multiple of the input's
+  rb.out_pitch = (width + cols.stride - 1) / cols.stride;
+  rb.pitch = rb.out_pitch * cols.stride;
+  // outputs per block about kBlockValues, and the input rows a block adds to its first window's at most
+  // 4 kBlockValues values: scratch O(kernel rows x row length) whatever the strides
+  const int64_t by_outputs = kBlockValues / rb.out_pitch;
+  const int64_t by_inputs = 1 + 4 * kBlockValues / (rows.stride * rb.pitch);
+  rb.block = max_of<int64_t>(1, min_of(rows.out, min_of(by_outputs, by_inputs)));
+  rb.span = (rb.block - 1) * rows.stride + rows.kernel;
+  rb.slack = (cols.kernel - 1) * cols.dilation + cols.stride;
+  return true;
+}
+
+// d[j] = p[j*stride] + p[j*stride + dilation] + ... (kernel terms, in k order) for n outputs.
+template <class A>
+void padded_column_sums(const A* p, A* d, int64_t n, const AxisGeometry& cols) {
+  const int64_t dil = cols.dilation;
+  if (cols.stride == 1) {
+    switch (cols.kernel) {
+      case 1: std::memcpy(d, p, sizeof(A) * static_cast<size_t>(n)); return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = p[j] + p[j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (p[j] + p[j + dil]) + p[j + 2 * dil];
+        return;
+      default: break;
+    }
+  } else if (cols.stride == 2) {
+    switch (cols.kernel) {
+      case 1:
+        for (int64_t j = 0; j < n; ++j) d[j] = p[2 * j];
+        return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = p[2 * j] + p[2 * j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (p[2 * j] + p[2 * j + dil]) + p[2 * j + 2 * dil];
+        return;
+      default: break;
+    }
+  }
+  const int64_t stride = cols.stride;
+  for (int64_t j = 0; j < n; ++j) d[j] = p[j * stride];
+  for (int64_t k = 1; k < cols.kernel; ++k) {
+    const A* pk = p + k * dil;
+    for (int64_t j = 0; j < n; ++j) d[j] += pk[j * stride];
+  }
+}
+
+// s[i] = (c[i] + c[i + step]) + c[i + 2*step] + ... (count rows, in order) for n values.
+template <class A>
+void stacked_row_sums(const A* c, int64_t step, int64_t count, A* s, int64_t n) {
+  switch (count) {
+    case 1: std::memcpy(s, c, sizeof(A) * static_cast<size_t>(n)); return;
+    case 2:
+      for (int64_t i = 0; i < n; ++i) s[i] = c[i] + c[i + step];
+      return;
+    default:
+      for (int64_t i = 0; i < n; ++i) s[i] = (c[i] + c[i + step]) + c[i + 2 * step];
+      for (int64_t r = 3; r < count; ++r) {
+        const A* cr = c + r * step;
+        for (int64_t i = 0; i < n; ++i) s[i] += cr[i];
+      }
+  }
+}
+
+// d[j] = map(s[j*stride]) + map(s[j*stride + 1]) + ... (kernel terms, in k order) for n windows that lie inside
+// the row and do not overlap (stride >= kernel, no dilation): each |x|^p is computed once, straight from the input.
+template <class A, class Map>
+void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, Map map) {
+  if (cols.stride == 2 && cols.kernel == 2) {
+    for (int64_t j = 0; j < n; ++j) d[j] = map(s[2 * j]) + map(s[2 * j + 1]);
+    return;
+  }
+  if (cols.stride == 3 && cols.kernel == 3) {
+    for (int64_t j = 0; j < n; ++j) d[j] = (map(s[3 * j]) + map(s[3 * j + 1])) + map(s[3 * j + 2]);
+    return;
+  }
+  const int64_t stride = cols.stride;
+  for (int64_t j = 0; j < n; ++j) d[j] = map(s[j * stride]);
+  for (int64_t k = 1; k < cols.kernel; ++k) {
+    for (int64_t j = 0; j < n; ++j) d[j] += map(s[j * stride + k]);
+  }
+}
+
+template <class T>
+void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
+                     const RowBlocks& rb, const LpNorm& lp) {
+  using A = AccOf<T>;
+  const AxisGeometry& rows = rc.rows;
+  const AxisGeometry& cols = rc.cols;
+  const int64_t op = rb.out_pitch;
+  const int64_t powered_values = rb.span * rb.pitch + rb.slack;
+  const int64_t column_values = rb.span * op;
+  ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
+                       sizeof(A) * static_cast<size_t>(powered_values + column_values + 2 * op + kBlock));
+  int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
+  A* powered = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
+  A* column = powered + powered_values;
+  A* sums = column + column_values;
+  A* roots = sums + op;  // one output row
+  A* probe_buffer = roots + op;
+  // The padding of every powered row stays zero; the rest is written before it is read, except by ignored outputs.
+  fill(powered, powered_values, A(0));
+  const int64_t in_w = cols.in, out_w = cols.out;
+  // Windows side by side inside each row (e.g. 2x2 stride 2 without padding): the column sums take the powers
+  // straight from the input, without the powered rows.
+  const bool side_by_side = std::is_same_v<T, A> && cols.pad_begin == 0 && cols.dilation == 1 &&
+                            cols.stride >= cols.kernel && (out_w - 1) * cols.stride + cols.kernel <= in_w;
+  if (side_by_side) fill(column, column_values, A(0));  // the ignored outputs past out_w stay zero
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const T* xp = x + plane * g.in_size;
+    T* yp = y + plane * g.out_size;
+    int e = probe_exponent(xp, g.in_size, probe_buffer, lp);
+    for (int attempt = 0;; ++attempt) {
+      const PowerOfTwo<A> up(e), down(-e);
+      int64_t untrusted = 0;
+      bool redo = false;
+      with_power(lp, [&](auto power) {
+        auto power_row = [&](int64_t row, A* dst) {
+          if (row < 0 || row >= rows.in) {
+            fill(dst, in_w, A(0));
+            return;
+          }
+          const T* src = xp + row * in_w;
+          if constexpr (std::is_same_v<T, A>) {  // no conversion: the powers straight from the input
+            if (e == 0) {
+              for (int64_t i = 0; i < in_w; ++i) dst[i] = power(src[i]);
+            } else {
+              for (int64_t i = 0; i < in_w; ++i) dst[i] = power(src[i] * up.first * up.second);
+            }
+          } else {
+            load_block(src, dst, in_w);
+            if (e == 0) {
+              for (int64_t i = 0; i < in_w; ++i) dst[i] = power(dst[i]);
+            } else {
+              for (int64_t i = 0; i < in_w; ++i) dst[i] = power(dst[i] * up.first * up.second);
+            }
+          }
+        };
+        int64_t ready = 0;  // rows of `column` already holding this block's first rows (from the previous block)
+        for (int64_t oh0 = 0; oh0 < rows.out; oh0 += rb.block) {
+          const int64_t nb = min_of(rb.block, rows.out - oh0);
+          const int64_t first_row = oh0 * rows.stride - rows.pad_begin;
+          const int64_t span = (nb - 1) * rows.stride + rows.kernel;
+          if (side_by_side) {
+            for (int64_t t = ready; t < span; ++t) {
+              const int64_t row = first_row + t;
+              A* d = column + t * op;
+              if (row < 0 || row >= rows.in) {
+                fill(d, out_w, A(0));
+              } else {
+                const A* src = reinterpret_cast<const A*>(xp + row * in_w);  // T is A here
+                if (e == 0) {
+                  mapped_column_sums(src, d, out_w, cols, power);
+                } else {
+                  mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(v * up.first * up.second); });
+                }
+              }
+            }
+          } else {
+            for (int64_t t = ready; t < span; ++t) power_row(first_row + t, powered + t * rb.pitch + cols.pad_begin);
+            padded_column_sums(static_cast<const A*>(powered + ready * rb.pitch), column + ready * op,
+                               (span - ready) * op, cols);
+          }
+          // The input rows the next block (or the next plane's first block) reads, fetched into the cache a part
+          // per output row while this block computes its roots: memory and arithmetic then overlap.
+          const char* fetch_begin = nullptr;
+          int64_t fetch_bytes = 0;
+          {
+            const int64_t next = oh0 + nb;
+            const T* base = xp;
+            int64_t r0 = first_row + span, r1 = 0;
+            if (next < rows.out) {
+              r1 = (min_of(rows.out, next + rb.block) - 1) * rows.stride - rows.pad_begin + rows.kernel;
+            } else if (plane + 1 < planes) {
+              base = xp + g.in_size;
+              r0 = 0;
+              r1 = (min_of(rows.out, rb.block) - 1) * rows.stride - rows.pad_begin + rows.kernel;
+            }
+            r0 = max_of<int64_t>(r0, 0);
+            r1 = min_of(r1, rows.in);
+            if (r1 > r0) {
+              fetch_begin = reinterpret_cast<const char*>(base + r0 * in_w);
+              fetch_bytes = (r1 - r0) * in_w * static_cast<int64_t>(sizeof(T));
+            }
+          }
+          // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
+          for (int64_t r = 0; r < nb; ++r) {
+            for (int64_t b = fetch_bytes * r / nb, end = fetch_bytes * (r + 1) / nb; b < end; b += 64) {
+              __builtin_prefetch(fetch_begin + b);
+            }
+            const A* c0 = column + r * rows.stride * op;
+            T* y_row = yp + (oh0 + r) * out_w;
+            A* out = roots;
+            if constexpr (std::is_same_v<T, A>) out = y_row;
+            int32_t bad = 0;  // at most out_w <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
+            auto finish = [&](auto sum_at) {
+              if (e == 0) {
+                for (int64_t j = 0; j < out_w; ++j) {
+                  const A sum = sum_at(j);
+                  bad += !window_sum_trusted(sum);
+                  out[j] = root_for(power, sum);
+                }
+              } else {
+                for (int64_t j = 0; j < out_w; ++j) {
+                  const A sum = sum_at(j);
+                  bad += !window_sum_trusted(sum);
+                  out[j] = root_for(power, sum) * down.first * down.second;
+                }
+              }
+            };
+            const A* c1 = c0 + op;
+            const A* c2 = c1 + op;
+            switch (rows.kernel) {
+              case 1: finish([&](int64_t j) { return c0[j]; }); break;
+              case 2: finish([&](int64_t j) { return c0[j] + c1[j]; }); break;
+              case 3: finish([&](int64_t j) { return (c0[j] + c1[j]) + c2[j]; }); break;
+              default: stacked_row_sums(c0, op, rows.kernel, sums, out_w); finish([&](int64_t j) { return sums[j]; });
+            }
+            if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(roots), y_row, out_w);
+            if (bad == 0) continue;
+            untrusted += bad;
+            if (attempt == 0 && untrusted * 16 > g.out_size) {
+              const int plane_e = normalising_exponent(largest_magnitude(xp, g.in_size));
+              if (plane_e != e) {
+                e = plane_e;
+                redo = true;
+                return;
+              }
+            }
+            stacked_row_sums(c0, op, rows.kernel, sums, out_w);
+            for (int64_t j = 0; j < out_w; ++j) {
+              if (!window_sum_trusted(sums[j])) {
+                const A value = exact_window(xp, g, (oh0 + r) * out_w + j, index, lp);
+                store_block(&value, y_row + j, 1);
+              }
+            }
+          }
+          // the rows the next block shares with this one move to the front
+          const int64_t next_first = (oh0 + nb) * rows.stride - rows.pad_begin;
+          ready = max_of<int64_t>(0, first_row + span - next_first);
+          if (ready > 0) {
+            std::memmove(column, column + (span - ready) * op, sizeof(A) * static_cast<size_t>(ready * op));
+          }
+        }
+      });
+      if (!redo) break;
+    }
+  }
+}
+
 template <class T>
 void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if (g.axes.size() <= 2 && !needs_scaled_lp(lp)) {
+    const RowsAndColumns rc = rows_and_columns(g);
+    RowBlocks rb;
+    if (row_blocks(rc, rb)) {
+      lp_pool_blocked(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, rb, lp);
+      return;
+    }
     lp_pool_streamed(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
     return;
   }

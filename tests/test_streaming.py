@@ -131,6 +131,12 @@ LP_CASES = [
     ([1, 3, 17, 13], {"kernel_shape": [3, 2], "strides": [4, 3], "p": 4}),
     ([1, 2, 7, 6], {"kernel_shape": [9, 9], "pads": [4, 4, 4, 4], "p": 2}),
     ([1, 1, 40, 30], {"kernel_shape": [5, 1], "dilations": [7, 1], "ceil_mode": 1, "strides": [2, 1], "p": 3}),
+    # 2-D planes of ordinary rows, a block of output rows at a time (lp_pool.h lp_pool_blocked): several blocks
+    # sharing kernel rows, outputs past the row end ignored; windows side by side taken straight from the input;
+    # more than three kernel rows, column stride 2 over padded rows, ceil_mode
+    ([2, 3, 70, 30], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+    ([1, 2, 230, 40], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
+    ([1, 2, 90, 33], {"kernel_shape": [5, 3], "strides": [1, 2], "pads": [2, 1, 2, 1], "ceil_mode": 1, "p": 1}),
 ]
 
 
@@ -152,6 +158,17 @@ def check_lp_streaming_subnormal_rows():
     attrs = {"kernel_shape": [2, 3], "pads": [0, 1, 0, 1], "p": 2}
     R.assert_close(y, lp_pool_fast(x, attrs), "float32", 1.0, "subnormal rows")
     assert np.all(y[0, 0, 1:, 100:] > 0), "subnormal windows underflowed to zero"
+    # the same on planes of several blocks, windows side by side (powers straight from the input) and overlapping:
+    # plane 0 normal at its start and subnormal after, plane 1 subnormal from the start (the probe sees it)
+    for shape, attrs in (
+        ([1, 2, 120, 64], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
+        ([1, 2, 60, 40], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+    ):
+        x = np.full(shape, 3e-41, np.float32)
+        x[0, 0, :2] = 1.5
+        y = _lp(x, attrs)
+        R.assert_close(y, lp_pool_fast(x, attrs), "float32", 1.0, f"subnormal planes {shape} {attrs}")
+        assert np.all(y > 0), "subnormal windows underflowed to zero"
 
 
 QL_CONFIGS = {
