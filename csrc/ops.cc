@@ -147,6 +147,12 @@ void require_rank(const Tensor& x, const std::string& op) {
 
 // ---- threading ------------------------------------------------------------------------------------------------
 
+// Cost weights of the work split, in elements read: an LpPool window element comes out of separable or streamed
+// partial sums (about a quarter of a read each), and a QLinearAveragePool output (requantisation, tie marks) costs
+// about four reads. Only the ratio to kMinChunkCost matters: it decides how many chunks a job is worth.
+constexpr int64_t kLpWindowElementsPerRead = 4;
+constexpr int64_t kQLinearOutputCost = 4;
+
 // Splits [0, units) into chunks on the session's intra-op pool. Small jobs run inline: waking threads costs more.
 // A template, so the inline case (every tiny tensor) costs no type erasure or allocation.
 template <class Body>
@@ -290,7 +296,7 @@ class LpPool final : public OpKernel {
     const int64_t window_cost = std::min(g.kernel_size, g.in_size);
     const int64_t cost = g.out_size > (int64_t{1} << 40) / std::max<int64_t>(window_cost, 1)
                              ? (int64_t{1} << 40)
-                             : g.in_size + g.out_size * window_cost / 4;
+                             : g.in_size + g.out_size * window_cost / kLpWindowElementsPerRead;
     const AlignedIo io(x.data, static_cast<size_t>(planes * g.in_size) * bytes, y,
                        static_cast<size_t>(planes * g.out_size) * bytes, bytes);
     parallel_for(ctx, planes, cost, [&](int64_t begin, int64_t end) {
@@ -341,13 +347,13 @@ class QLinearAveragePool final : public OpKernel {
     const int64_t bytes = static_cast<int64_t>(type_.bytes);
     if (channels_last_) {
       const QLinearPoolFn fn = kernels().qlinear_nhwc[k];
-      parallel_for(ctx, n, (g.in_size + g.out_size * 4) * c, [&](int64_t begin, int64_t end) {
+      parallel_for(ctx, n, (g.in_size + g.out_size * kQLinearOutputCost) * c, [&](int64_t begin, int64_t end) {
         fn(static_cast<const char*>(x.data) + begin * g.in_size * c * bytes,
            static_cast<char*>(y) + begin * g.out_size * c * bytes, end - begin, c, g, q);
       });
     } else {
       const QLinearPoolFn fn = kernels().qlinear_nchw[k];
-      parallel_for(ctx, n * c, g.in_size + g.out_size * 4, [&](int64_t begin, int64_t end) {
+      parallel_for(ctx, n * c, g.in_size + g.out_size * kQLinearOutputCost, [&](int64_t begin, int64_t end) {
         fn(static_cast<const char*>(x.data) + begin * g.in_size * bytes,
            static_cast<char*>(y) + begin * g.out_size * bytes, end - begin, 1, g, q);
       });
