@@ -29,7 +29,9 @@ const KernelTable& choose() {
   __builtin_cpu_init();
   const bool want_portable = forced("portable");
   const bool want_avx2 = forced("avx2");
+#if !defined(ONNX_POOLS_WITHOUT_AVX512)  // see CMakeLists.txt
   if (!want_portable && !want_avx2 && cpu_has_avx512()) return avx512::table();
+#endif
   if (!want_portable && cpu_has_avx2()) return avx2::table();
   return portable::table();
 }
