@@ -54,6 +54,37 @@ double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}
   return fold_lanes(lanes);
 }
 
+// Channels summed side by side: one core reads a few concurrent streams faster than one (AMD EPYC, AVX2: 22-23 GB/s
+// from 2-4 streams, 17-18 GB/s from one), and each channel is one stream. kStreams channels keep their partial sums
+// in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
+constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
+constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+
+// mapped_sum_block for kStreams channels at once (channel g at a + g * stride, n >= 2 kLanes elements each), with
+// each channel's own lanes and loader and the same operations in the same order, so each sum has its bits.
+template <class T, class Map>
+void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, AccLoader<T>* loads, double* sums) {
+  using A = AccOf<T>;
+  using S = Simd<A>;
+  constexpr int L = kLanes<A>;
+  constexpr int K = L / S::kLength;
+  typename S::Value acc[kStreams][K] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    for (int g = 0; g < kStreams; ++g) {
+      typename S::Value v[K];
+      loads[g].load(a + g * stride + i, v);
+      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
+    }
+  }
+  for (int g = 0; g < kStreams; ++g) {
+    A lanes[L];
+    for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
+    for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
+    sums[g] = fold_lanes(lanes);
+  }
+}
+
 struct Identity {
   template <class V>
   V operator()(V v) const {
@@ -129,6 +160,47 @@ A max_block(const A* a, int64_t n, A running) {
   return running;
 }
 
+// max_block of kStreams whole channels at once (channel g at a + g * stride, n >= 2 native vectors), from -inf; the
+// order does not matter to a max. Returns false if a NaN came by: the caller then takes max_block, which finds
+// the first one.
+template <class A>
+bool max_streams(const A* a, int64_t stride, int64_t n, A* maxima) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  constexpr int N = S::kLength;
+  const V start = S::splat(-std::numeric_limits<A>::infinity());
+  V m[kStreams][2];
+  for (auto& channel : m) channel[0] = channel[1] = start;
+  M nan = {};
+  int64_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    for (int g = 0; g < kStreams; ++g) {
+      for (int k = 0; k < 2; ++k) {
+        const V v = S::load(a + g * stride + i + k * N);
+        m[g][k] = v > m[g][k] ? v : m[g][k];
+        nan |= v != v;
+      }
+    }
+  }
+  for (; i < n; i += N) {  // the rest, the last vector overlapping
+    for (int g = 0; g < kStreams; ++g) {
+      const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
+      m[g][0] = v > m[g][0] ? v : m[g][0];
+      nan |= v != v;
+    }
+  }
+  for (int l = 0; l < N; ++l)
+    if (nan[l] != 0) return false;
+  for (int g = 0; g < kStreams; ++g) {
+    const V v = m[g][1] > m[g][0] ? m[g][1] : m[g][0];
+    A best = v[0];
+    for (int l = 1; l < N; ++l) best = best < v[l] ? v[l] : best;
+    maxima[g] = best;
+  }
+  return true;
+}
+
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
 // integer with the same order (negative values have their magnitude bits flipped), so the max is an integer max
 // of 16 lanes per AVX2 vector (8 on SSE2, where converting float16 in software was 2.5x slower than stock's F16C
@@ -177,17 +249,73 @@ T max_halves(const T* x, int64_t n) {
   return result;
 }
 
+// The sums of kStreams long channels side by side (see kStreams), each with the bits the one-channel path gives
+// it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the
+// range where it is trusted unscaled).
+template <class T, Reduction R>
+void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T>* buffer, bool* done) {
+  using A = AccOf<T>;
+  for (int g = 0; g < kStreams; ++g) done[g] = false;
+  // sum over [begin, size) of map(x), per channel in blocks of kBlock as mapped_sum_elements takes them
+  auto block_totals = [&](int64_t begin, auto map, double* totals) {
+    for (int64_t off = begin; off < size; off += kBlock) {
+      const int64_t n = min_of(kBlock, size - off);
+      AccLoader<T> loads[kStreams];
+      double sums[kStreams];
+      if (n >= 2 * kLanes<A>) {
+        mapped_sum_streams(x + off, size, n, map, loads, sums);
+      } else {
+        for (int g = 0; g < kStreams; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
+      }
+      for (int g = 0; g < kStreams; ++g) {  // a block the fast conversion did not cover: as mapped_sum_elements
+        if (!loads[g].exact()) sums[g] = mapped_sum_block(acc_view(x + g * size + off, buffer, n), n, map);
+        totals[g] += sums[g];
+      }
+    }
+  };
+  if constexpr (R == Reduction::Average) {
+    double totals[kStreams] = {};
+    block_totals(0, Identity{}, totals);
+    for (int g = 0; g < kStreams; ++g) {
+      if (std::isfinite(totals[g])) y[g] = from_acc<T>(totals[g] / static_cast<double>(size));
+      done[g] = std::isfinite(totals[g]);
+    }
+  } else if constexpr (R == Reduction::Max) {
+    A maxima[kStreams];
+    if constexpr (std::is_same_v<T, A>) {
+      if (max_streams(x, size, size, maxima)) {
+        for (int g = 0; g < kStreams; ++g) y[g] = maxima[g], done[g] = true;
+      }
+    }
+  } else {  // Lp: the one-channel path's unscaled case, its probe first
+    if (needs_scaled_lp(lp)) return;
+    with_power(lp, [&](auto power) {
+      const int64_t first = min_of(int64_t{kLanes<A>}, size);  // as the one-channel path takes it
+      double probes[kStreams], rest[kStreams] = {};
+      for (int g = 0; g < kStreams; ++g) {
+        probes[g] = mapped_sum_elements(x + g * size, first, power, buffer);
+        if (!lp_sum_trusted<A>(probes[g])) return;
+      }
+      block_totals(first, power, rest);
+      for (int g = 0; g < kStreams; ++g) {
+        const double total = probes[g] + rest[g];
+        if (lp_sum_trusted<A>(total)) y[g] = from_acc<T>(lp_root(total, lp)), done[g] = true;
+      }
+    });
+  }
+}
+
 template <class T, Reduction R>
 void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const LpNorm& lp) {
   using A = AccOf<T>;
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   A buffer[kBlock];
-  for (int64_t c = 0; c < channels; ++c) {
+  auto one_channel = [&](int64_t c) {
     const T* xc = x + c * size;
     if constexpr (R == Reduction::Max && sizeof(T) == 2) {
       y[c] = max_halves(xc, size);
-      continue;
+      return;
     }
     double result = 0;
     if constexpr (R == Reduction::Average) {
@@ -196,11 +324,17 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         const int64_t n = min_of(kBlock, size - off);
         total += mapped_sum_elements(xc + off, n, Identity{}, buffer);
       }
+      double scale = 1;
       if (!std::isfinite(total)) {  // float lanes can overflow though the mean is finite: redo in double
         total = 0;
         for (int64_t i = 0; i < size; ++i) total += static_cast<double>(to_acc<A>(xc[i]));
       }
-      result = total / static_cast<double>(size);
+      if (std::isinf(total)) {  // so can double's (huge doubles): scaled by 2^-64 (an inf input stays inf)
+        total = 0;
+        scale = 0x1p64;
+        for (int64_t i = 0; i < size; ++i) total += static_cast<double>(to_acc<A>(xc[i])) * 0x1p-64;
+      }
+      result = total / static_cast<double>(size) * scale;
     } else if constexpr (R == Reduction::Max) {
       A running = -std::numeric_limits<A>::infinity();
       for (int64_t off = 0; off < size; off += kBlock) {
@@ -259,5 +393,16 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       }
     }
     y[c] = from_acc<T>(result);
+  };
+  int64_t c = 0;
+  constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
+  if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
+    for (; c + kStreams <= channels; c += kStreams) {
+      bool done[kStreams];
+      streamed_channels<T, R>(x + c * size, size, y + c, lp, buffer, done);
+      for (int g = 0; g < kStreams; ++g)
+        if (!done[g]) one_channel(c + g);
+    }
   }
+  for (; c < channels; ++c) one_channel(c);
 }

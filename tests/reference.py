@@ -77,8 +77,13 @@ def _spatial_axes(x):
 
 def global_average_pool(x):
     x = to_f64(x)
-    with np.errstate(invalid="ignore"):
-        return np.mean(x, axis=_spatial_axes(x), keepdims=True)
+    axes = _spatial_axes(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = np.mean(x, axis=axes, keepdims=True)
+        # a float64 sum can overflow though the mean is finite: then the mean of x * 2^-64, times 2^64 (exact scaling)
+        scaled = np.mean(x * 2.0**-64, axis=axes, keepdims=True) * 2.0**64
+    overflowed = ~np.isfinite(mean) & np.all(np.isfinite(x), axis=axes, keepdims=True)
+    return np.where(overflowed, scaled, mean)
 
 
 def global_max_pool(x):

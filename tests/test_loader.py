@@ -312,6 +312,32 @@ for dtype in ALL_DTYPES:
             assert np.array_equal(y1, ref1, equal_nan=True), (y1, ref1)
 
         check(half_sums, f"GlobalAveragePool/GlobalLpPool {dtype}: zeros, subnormals, inf, NaN in 1024-element blocks")
+    # Long channels are summed kStreams (4 on AVX2 / AVX-512, 2 on SSE2 / NEON) side by side: each channel must
+    # come out with the bits it has when pooled alone (the one-channel path), and a channel the side-by-side sums
+    # leave to that path (a NaN, a float-lane overflow, an Lp sum of tiny values, a float16 subnormal) must not
+    # disturb the others. 11 channels (groups and a rest), 2070 elements (two 1024 blocks and a short tail).
+    x = rng.standard_normal([1, 11, 2070]) * 3
+    x[0, 1, 700] = np.nan
+    x[0, 2, :] = 3e38 if dtype in ("float32", "bfloat16") else (6e4 if dtype == "float16" else 1e308)
+    x[0, 2, ::2] *= -0.5
+    x[0, 5, :] *= 1e-30 if dtype != "float16" else 1e-3  # float16: Lp sums in float lanes, no tiny case
+    x[0, 6, 1500] = 1e-7 if dtype == "float16" else 1e-40
+    x[0, 9, :] = -np.abs(x[0, 9, :])
+    x = R.to_dtype(x, dtype)
+
+    def streamed_as_alone():
+        for op, attrs, ref in (("GlobalAveragePool", {}, R.global_average_pool(x)),
+                               ("GlobalMaxPool", {}, R.global_max_pool(x)),
+                               ("GlobalLpPool", {"p": 2}, R.global_lp_pool(x, 2)),
+                               ("GlobalLpPool", {"p": 3}, R.global_lp_pool(x, 3))):
+            y, _ = run_op(op, 22, dtype, x, attrs)
+            for c in range(x.shape[1]):
+                alone, _ = run_op(op, 22, dtype, x[:, c : c + 1].copy(), attrs)
+                assert R.to_f64(y[:, c]).tobytes() == R.to_f64(alone[:, 0]).tobytes(), (op, c, y[:, c], alone)
+            for c in range(x.shape[1]):
+                R.assert_close(y[:, c], ref[:, c], dtype, R.input_scale(x[:, c]), f"{op} {attrs} channel {c}")
+
+    check(streamed_as_alone, f"global pools {dtype}: long channels side by side = each alone")
     for opset in (1, 11, 18, 22):
         for i in range(6):
             attrs, ref_kwargs, shape = gen_case(rng, opset)
