@@ -66,6 +66,9 @@ inline A root_for(IntegerPower<4>, A sum) {
 // = v r^2 (1 + 2/3 delta + 5/9 delta^2 + O(delta^3)), good to ~1e-15, rounded once. The steps are written
 // with short dependency chains (v r and r^2 side by side): the loop is bound by their latency.
 // Meaningful for positive normal v; others are recomputed.
+// Measured alternative (AMD EPYC, avx2, a 4096-value loop, best of 300): 1.2-1.35 ns per value as written; a
+// float-only form with a third Newton step and a float-float (fma) correction, which would let the double steps go,
+// took 1.58 ns: more float instructions than the 4-wide double ones it saves.
 inline float cube_root(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);

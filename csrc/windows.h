@@ -190,10 +190,50 @@ inline int64_t stream_scratch(const RowsAndColumns& p, int64_t channels) {
   return channels * (strip_input_columns(p.cols) + (ring_rows(p.rows) + 1) * strip);
 }
 
+// d[j] = (s[j*stride] + s[j*stride + dilation]) + ... (kernel terms, in k order) for n windows of one channel,
+// all of whose terms s holds: fused loops for kernels of up to three columns at strides 1 and 2, the rest a pass
+// per k. Shared by the streamed window sums and LpPool's blocked rows, so both add in the same order.
+template <class S>
+void single_channel_window_sums(const S* s, S* d, int64_t n, const AxisGeometry& g) {
+  const int64_t dil = g.dilation;
+  if (g.stride == 1) {
+    switch (g.kernel) {
+      case 1: std::memcpy(d, s, sizeof(S) * static_cast<size_t>(n)); return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[j] + s[j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (s[j] + s[j + dil]) + s[j + 2 * dil];
+        return;
+      default: break;
+    }
+  } else if (g.stride == 2) {
+    switch (g.kernel) {
+      case 1:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j];
+        return;
+      case 2:
+        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j] + s[2 * j + dil];
+        return;
+      case 3:
+        for (int64_t j = 0; j < n; ++j) d[j] = (s[2 * j] + s[2 * j + dil]) + s[2 * j + 2 * dil];
+        return;
+      default: break;
+    }
+  }
+  // the first term stored, not added to 0: the same value for every summand here (integers, and |x|^p >= +0 or NaN)
+  const int64_t stride = g.stride;
+  for (int64_t j = 0; j < n; ++j) d[j] = s[j * stride];
+  for (int64_t k = 1; k < g.kernel; ++k) {
+    const S* sk = s + k * dil;
+    for (int64_t j = 0; j < n; ++j) d[j] += sk[j * stride];
+  }
+}
+
 // dst[j - begin][c] = sum over the in-bounds k of src[j*stride - pad + k*dilation - src_first][c], for output
-// columns j in [begin, begin + count); src holds input columns from src_first on. Terms are added in k order
-// (0 + s0 + s1 + ...), the same on every path: windows wholly inside the row take fused loops for kernels of up to
-// three columns, the edge windows one at a time.
+// columns j in [begin, begin + count); src holds input columns from src_first on. Terms are added in k order,
+// the same on every path: windows wholly inside the row take fused loops for kernels of up to three columns, the
+// edge windows one at a time.
 template <class S>
 void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeometry& g, int64_t begin, int64_t count,
                         int64_t channels) {
@@ -223,34 +263,12 @@ void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeome
   if (n <= 0) return;
   S* d = dst + (inner_lo - begin) * channels;
   const S* s = src + (inner_lo * g.stride - g.pad_begin - src_first) * channels;
+  if (channels == 1) {
+    single_channel_window_sums(s, d, n, g);
+    return;
+  }
   const int64_t step = g.stride * channels, dil = g.dilation * channels;
-  if (channels == 1 && g.stride == 1) {
-    switch (g.kernel) {
-      case 1:
-        for (int64_t j = 0; j < n; ++j) d[j] = s[j];
-        return;
-      case 2:
-        for (int64_t j = 0; j < n; ++j) d[j] = s[j] + s[j + dil];
-        return;
-      case 3:
-        for (int64_t j = 0; j < n; ++j) d[j] = (s[j] + s[j + dil]) + s[j + 2 * dil];
-        return;
-      default: break;
-    }
-  } else if (channels == 1 && g.stride == 2) {
-    switch (g.kernel) {
-      case 1:
-        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j];
-        return;
-      case 2:
-        for (int64_t j = 0; j < n; ++j) d[j] = s[2 * j] + s[2 * j + dil];
-        return;
-      case 3:
-        for (int64_t j = 0; j < n; ++j) d[j] = (s[2 * j] + s[2 * j + dil]) + s[2 * j + 2 * dil];
-        return;
-      default: break;
-    }
-  } else if (channels > 1 && g.kernel <= 3) {
+  if (g.kernel <= 3) {
     for (int64_t j = 0; j < n; ++j) {
       S* dj = d + j * channels;
       const S* sj = s + j * step;
@@ -267,12 +285,8 @@ void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeome
   fill(d, n * channels, S(0));
   for (int64_t k = 0; k < g.kernel; ++k) {
     const S* sk = s + k * dil;
-    if (channels == 1) {
-      for (int64_t j = 0; j < n; ++j) d[j] += sk[j * g.stride];
-    } else {
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t c = 0; c < channels; ++c) d[j * channels + c] += sk[j * step + c];
-      }
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < channels; ++c) d[j * channels + c] += sk[j * step + c];
     }
   }
 }
