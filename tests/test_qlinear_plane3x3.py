@@ -1,5 +1,6 @@
-"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Plane3x3Pool): planes
-of at least 32 columns (16 on the portable path), so every ISA takes it here. Pins the rows without a row above or
+"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Plane3x3Pool, the avx2
+and avx512 builds; portable takes the flat passes of qlinear_pool, checked here the same way): planes of at least
+32 columns. Pins the rows without a row above or
 below, the lanes of column 0 and w - 1 (whose flat neighbours belong to other rows), the last step of a row region
 moved back, the zero-padded copies at the call's first and last plane, and the rounding ties of equal scales
 (count 4 and 6 windows at the edges land on exact .5) settled as ORT does. Checked against the float64 reference
