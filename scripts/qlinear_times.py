@@ -76,7 +76,10 @@ for layout in sel:
                 so = onnx_pools.session_options(ops="all")
                 so.intra_op_num_threads = int(os.environ.get("THREADS", "1"))
                 s = ort.InferenceSession(model(layout, qt, equal, cip, shape), so, providers=["CPUExecutionProvider"])
-                f = lambda: s.run(None, {"x": x})
+
+                def f():
+                    return s.run(None, {"x": x})
+
                 line = f"{layout} {qt} {'equal' if equal else 'distinct'} cip{cip}: lib {cpu(f, 40):.2f} ms"
                 if torch_on and layout == "NHWC":
                     t = torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32)).contiguous(
@@ -85,6 +88,9 @@ for layout in sel:
                     qx = torch.quantize_per_tensor(
                         t, 0.05, 128 if qt == "u8" else 0, torch.quint8 if qt == "u8" else torch.qint8
                     ).contiguous(memory_format=torch.channels_last)
-                    g = lambda: torch.ao.nn.quantized.functional.avg_pool2d(qx, 3, 1, 1, count_include_pad=bool(cip))
+
+                    def g():
+                        return torch.ao.nn.quantized.functional.avg_pool2d(qx, 3, 1, 1, count_include_pad=bool(cip))
+
                     line += f"  torch {cpu(g, 40):.2f} ms"
                 print(line, flush=True)
