@@ -909,9 +909,17 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
 // Elements of an NCHW plane up to which it is pooled whole (4 bytes of scratch per element: 256 KiB, in L2).
 constexpr int64_t kWholePlaneLimit = 1 << 16;
 
+#include "qlinear_plane3x3.h"  // (inside the per-ISA namespace, as this file)
+
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
+  if constexpr (kPlane3x3Path) {
+    if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
+      Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+      return;
+    }
+  }
   // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
   // scratch bounded by kWholePlaneLimit), small ones its summed-area path; larger planes and NHWC images are
   // streamed.

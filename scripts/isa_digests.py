@@ -74,6 +74,21 @@ def cases():
                     a = dict(attrs, count_include_pad=cip, channels_last=int(layout == "nhwc"))
                     q = (0.0371, int(rng.integers(lo, hi)), 0.0297, int(rng.integers(lo, hi)))
                     out.append((f"QLinear {qt} {layout} {tag} cip={cip}", "QLinearAveragePool", q, x, a))
+    # NCHW 3x3 pads 1 over planes of 40 columns (the one-pass path of every ISA), with equal scales and zero points
+    # too (ties at the edge windows); their own generator, so the cases above keep their inputs
+    rng = np.random.default_rng(15)
+    for qt, lo, hi in (("uint8", 0, 256), ("int8", -128, 128)):
+        for equal in (0, 1):
+            for cip in (0, 1):
+                x = rng.integers(lo, hi, [2, 3, 6, 40]).astype(qt)
+                a = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": cip}
+                zero = (lo + hi) // 2
+                q = (
+                    (0.05, zero, 0.05, zero)
+                    if equal
+                    else (0.0371, int(rng.integers(lo, hi)), 0.0297, int(rng.integers(lo, hi)))
+                )
+                out.append((f"QLinear {qt} nchw 2d k3 pad1 w40 equal={equal} cip={cip}", "QLinearAveragePool", q, x, a))
     return out
 
 

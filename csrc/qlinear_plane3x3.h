@@ -1,0 +1,275 @@
+// QLinearAveragePool over NCHW planes with 3x3 windows, stride 1, pads 1 (Inception's and TFLite's average pool):
+// window sums and requantisation in one pass over each plane, in registers, and ORT's float evaluation of the
+// rounding ties of a vector's windows at once (avx2 and avx512 builds: see kPlane3x3Path).
+// Included by qlinear_pool.h (after the Requantiser), so it is part of the per-ISA kernels
+// (namespace onnx_pools::ONNX_POOLS_ISA::{anon}).
+#pragma once
+
+// RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template
+// parameter is dropped by GCC 12, leaving a scalar type).
+#if defined(__AVX2__)
+constexpr int kPlaneLanes = 8;
+#else
+constexpr int kPlaneLanes = 4;
+#endif
+// Only where a vector holds 8 lanes (the avx2 and avx512 builds): with SSE2's 4 lanes, and byte widening by
+// unpacks, the one pass measured 1.6-1.7x slower than qlinear_pool's flat passes (4.3 vs 2.6 ms, 8x64x56x56).
+constexpr bool kPlane3x3Path = kPlaneLanes == 8;
+
+// Whether any lane of a mask vector (lanes 0 or all ones) is set.
+template <class Ints>
+inline bool any_lane(Ints m) {
+#if defined(__AVX2__)
+  if constexpr (sizeof(Ints) == 32) return !_mm256_testz_si256(__m256i(m), __m256i(m));
+#endif
+  int32_t any = 0;
+  for (size_t k = 0; k < sizeof(Ints) / 4; ++k) any |= m[k];
+  return any != 0;
+}
+
+// Per plane of h x w: output (r, c) sums input rows r-1..r+1 and columns c-1..c+1 that lie in the plane. The plane
+// is taken as one flat array, a step of kStep outputs at a time: each lane adds the column sums at its flat
+// index - 1, + 0 and + 1, the outer two masked off in the lanes of column 0 and column w - 1 (where the flat
+// neighbour belongs to the next or previous row); the first row and the last row are steps of their own, without
+// the row above or below. Each value is requantised as Requantiser::span does (same float operations, same marks);
+// marked values are settled exactly in double, and those on a tie are evaluated as ORT does (ort_float_value_2d),
+// kLength windows per vector (settled). Planes of at least kStep columns (a step wraps past a row end at most once).
+template <class Q>
+class Plane3x3Pool {
+ public:
+  using Lanes = RequantiseLanes<Q>;
+  static constexpr int kLength = kPlaneLanes;
+  static_assert(kLength == Lanes::kLength);
+  static constexpr int64_t kStep = 4 * kLength;  // outputs per step: the four vectors Lanes::narrow packs
+  using Ints = typename Lanes::Ints;
+  using Floats = typename Lanes::Floats;
+  typedef Q Bytes __attribute__((vector_size(kLength)));
+  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
+  typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
+  typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
+
+  // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
+  // takes the bytes out one by one on x86-64, which made the step ten times slower).
+  static Ints widened(const Q* p) {
+    constexpr bool kSigned = std::is_signed_v<Q>;
+#if defined(__AVX2__)
+    static_assert(kLength == 8);
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return Ints(kSigned ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#else
+    Bytes b;
+    std::memcpy(&b, p, sizeof b);
+    return __builtin_convertvector(b, Ints);
+#endif
+  }
+
+  static bool applies(const PoolGeometry& g, int64_t channels) {
+    if (channels != 1 || g.axes.size() != 2) return false;
+    for (const AxisGeometry& a : g.axes) {
+      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
+    }
+    return g.axes[0].in >= 3 && g.axes[1].in >= kStep;
+  }
+
+  Plane3x3Pool(const PoolGeometry& g, const QLinearParams& q)
+      : q_(q),
+        requantiser_(q, g.kernel_size),
+        h_(g.axes[0].in),
+        w_(g.axes[1].in),
+        size_(g.in_size),
+        // the bytes a step reads, from its first index - w - 1 to its last + w + 1
+        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)) {}
+
+  void run(const Q* x, Q* y, int64_t planes) {
+    for (int64_t p = 0; p < planes; ++p) {
+      // a step at the plane's start or end reads a byte before or after it (masked off): within the tensor
+      // except before the call's first plane and after its last, which read a zero-padded copy instead
+      plane(x + p * size_, y + p * size_, p == 0, p == planes - 1);
+    }
+  }
+
+ private:
+  // One plane: the first row, the rows with a row above and below, the last row.
+  void plane(const Q* x, Q* y, bool first, bool last) {
+    region<false, true>(x, y, 0, w_, first, last);
+    if (h_ > 2) region<true, true>(x, y, w_, size_ - w_, first, last);
+    region<true, false>(x, y, size_ - w_, size_, first, last);
+  }
+
+  // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
+  // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
+  template <bool kUp, bool kDown>
+  void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last) {
+    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    Ints iota;
+    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    const RegionConstants k{Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 3),
+                            Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 2),
+                            Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 3)),
+                            Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 2)), iota};
+    int64_t i = begin, col = begin % w_;
+    while (true) {
+      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kStep + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      if ((first && lo < 0) || (last && hi > size_)) {
+        Q* copy = edge_copy_.data();
+        const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
+        std::memset(copy, 0, static_cast<size_t>(hi - lo));
+        std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
+        step<kUp, kDown>(copy + (i - lo), y, i, col, k);
+      } else {
+        step<kUp, kDown>(x + i, y, i, col, k);
+      }
+      if (i + kStep >= end) break;
+      const int64_t next = min_of(i + kStep, end - kStep);
+      col += next - i;  // next - i <= kStep <= w: one wrap at most
+      if (col >= w_) col -= w_;
+      i = next;
+    }
+  }
+
+  struct RegionConstants {
+    Ints zero_full, zero_edge;      // x_zero_point x the elements of a window away from / at a row's end
+    Floats scale_full, scale_edge;  // Requantiser::window_scale of the same
+    Ints iota;                      // 0, 1, ... kLength - 1
+  };
+
+  // Outputs [i, i + kStep), output i at column `col`; at: the input element i (in the plane or in a
+  // copy of the bytes around it), x: the plane.
+  template <bool kUp, bool kDown>
+  void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k) const {
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
+    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
+    const Floats magic = Floats{} + 12582912.0f;  // as in Requantiser::element
+    const Floats band = Floats{} + (0.5f - 2e-4f);
+    Ints rounded[4], marks[4];
+    for (int v = 0; v < 4; ++v) {
+      const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
+      const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
+      Floats value = __builtin_convertvector(window.sum - window.zero_sum, Floats) * scale + zero_point;
+      value = Lanes::max(value, qmin);  // never NaN: as Requantiser::span
+      value = Lanes::min(value, qmax);
+      const Floats r = (value + magic) - magic;
+      const Floats off = value - r;
+      rounded[v] = __builtin_convertvector(r, Ints);
+      marks[v] = (off > band) | (off < -band);
+    }
+    if (__builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
+      for (int v = 0; v < 4; ++v) {
+        if (any_lane(marks[v])) {
+          rounded[v] = settled<kUp, kDown>(at + v * kLength, col + v * kLength, k, marks[v], rounded[v]);
+        }
+      }
+    }
+    Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + i);
+  }
+
+  // kLength windows from the one centred on p, at column col (before the wrap to the next row)
+  struct Window {
+    Ints left_in, right_in;  // whether the window's left / right column lies in the plane
+    Ints edge;               // at a row's end (not left_in or not right_in)
+    Ints sum, zero_sum;      // the window's sum, and x_zero_point x its element count
+  };
+  template <bool kUp, bool kDown>
+  static Window window_at(const Q* p, int64_t col, const RegionConstants& k, int64_t w) {
+    auto column = [&](const Q* q) {  // the column of up to three rows at q
+      Ints s = widened(q);
+      if constexpr (kUp) s += widened(q - w);
+      if constexpr (kDown) s += widened(q + w);
+      return s;
+    };
+    Ints c = k.iota + static_cast<int32_t>(col);
+    c = c >= static_cast<int32_t>(w) ? c - static_cast<int32_t>(w) : c;
+    Window window;
+    window.left_in = c != 0;
+    window.right_in = c != static_cast<int32_t>(w - 1);
+    window.sum = column(p) + (column(p - 1) & window.left_in) + (column(p + 1) & window.right_in);
+    window.edge = ~(window.left_in & window.right_in);
+    window.zero_sum = (window.edge & k.zero_edge) | (~window.edge & k.zero_full);
+    return window;
+  }
+  template <bool kUp, bool kDown>
+  Window window_at(const Q* p, int64_t col, const RegionConstants& k) const {
+    return window_at<kUp, kDown>(p, col, k, w_);
+  }
+
+  // The final outputs of a vector of marked values (marks), whose first window is centred on p: the exact value
+  // in double where it decides (as Requantiser::exact and near_tie), ORT's float value where it lies on a tie (as
+  // ort_float_value_2d: each in-bounds element dequantised in float, added in row-major window order, the sum
+  // divided by the count, then by y_scale, plus y_zero_point; clamped and rounded as rounded_output), the float
+  // pass's value where unmarked. Every lane computed, the marked lanes selected: at the cost of about one window
+  // per vector, instead of a scalar evaluation per tie (with equal scales a sixth of the edge windows are ties).
+  template <bool kUp, bool kDown>
+  __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const RegionConstants& k, Ints marks,
+                                         Ints rounded) const {
+    const Window window = window_at<kUp, kDown>(p, col, k);
+    const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
+    const Ints &sum = window.sum, &zero_sum = window.zero_sum;
+    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    // the exact value, half the lanes at a time in double
+    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
+    const Doubles dmin = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
+    const Doubles dmax = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
+    const Doubles dmagic = Doubles{} + 6755399441055744.0;  // as round_half_even
+    const Doubles dband = Doubles{} + (0.5 - 1e-4);         // as near_tie
+    const Doubles scale_full = Doubles{} + requantiser_.window_scale(rows_valid * 3);
+    const Doubles scale_edge = Doubles{} + requantiser_.window_scale(rows_valid * 2);
+    const Ints difference = sum - zero_sum;
+    HalfInts exact_half[2], tie_half[2];
+    for (int h = 0; h < 2; ++h) {
+      const Longs e = __builtin_convertvector(half(edge, h), Longs);
+      const Doubles scale = Doubles((e & Longs(scale_edge)) | (~e & Longs(scale_full)));
+      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
+      v = v < dmin ? dmin : v;  // as clamp_to
+      v = v > dmax ? dmax : v;
+      const Doubles r = (v + dmagic) - dmagic;
+      const Doubles off = v - r;
+      exact_half[h] = __builtin_convertvector(r, HalfInts);
+      tie_half[h] = __builtin_convertvector((off > dband) | (off < -dband), HalfInts);
+    }
+    const Ints exact = joined(exact_half[0], exact_half[1]), tie = joined(tie_half[0], tie_half[1]);
+    // ORT's float value
+    const Floats x_scale = Floats{} + q_.x_scale;
+    Floats acc = {};
+    auto add = [&](const Q* e, const Ints& inside) {
+      const Floats term = x_scale * __builtin_convertvector(widened(e) - q_.x_zero_point, Floats);
+      acc = Floats((inside & Ints(acc + term)) | (~inside & Ints(acc)));
+    };
+    const Ints all = Ints{} - 1;
+    auto add_row = [&](const Q* row) {
+      add(row - 1, left_in);
+      add(row, all);
+      add(row + 1, right_in);
+    };
+    if constexpr (kUp) add_row(p - w_);
+    add_row(p);
+    if constexpr (kDown) add_row(p + w_);
+    const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 3);
+    const Floats count_edge = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 2);
+    const Floats count = Floats((edge & Ints(count_edge)) | (~edge & Ints(count_full)));
+    Floats value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
+    value = Lanes::max(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::min()));  // as rounded_output
+    value = Lanes::min(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::max()));
+    const Ints ort = __builtin_convertvector((value + 12582912.0f) - 12582912.0f, Ints);
+    const Ints settled_value = (tie & ort) | (~tie & exact);
+    return (marks & settled_value) | (~marks & rounded);
+  }
+
+  // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
+  static HalfInts half(const Ints& a, int h) {
+    HalfInts out;
+    std::memcpy(&out, reinterpret_cast<const char*>(&a) + h * sizeof out, sizeof out);
+    return out;
+  }
+  static Ints joined(const HalfInts& lo, const HalfInts& hi) {
+    Ints out;
+    std::memcpy(&out, &lo, sizeof lo);
+    std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
+    return out;
+  }
+
+  const QLinearParams q_;
+  const Requantiser<Q, int16_t> requantiser_;
+  const int64_t h_, w_, size_;
+  std::vector<Q> edge_copy_;  // a step's bytes at the call's first or last plane, zero outside the planes
+};

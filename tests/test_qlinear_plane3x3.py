@@ -1,0 +1,105 @@
+"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Plane3x3Pool, the avx2
+and avx512 builds; portable takes the flat passes of qlinear_pool, checked here the same way): planes of at least
+32 columns. Pins the rows without a row above or
+below, the lanes of column 0 and w - 1 (whose flat neighbours belong to other rows), the last step of a row region
+moved back, the zero-padded copies at the call's first and last plane, and the rounding ties of equal scales
+(count 4 and 6 windows at the edges land on exact .5) settled as ORT does. Checked against the float64 reference
+away from ties and against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import onnx_pools
+import test_qlinear_average_pool as T
+from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
+from test_streaming import _isas
+
+ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+
+# (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
+SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130)]
+
+# (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.0125 is tie-heavy too
+SCALES = [(0.05, 0.05, "equal"), (0.05, 0.05, "random"), (0.0371, 0.0297, "random"), (0.03, 0.0125, "random")]
+
+
+def cases():
+    rng = np.random.default_rng(20261123)
+    out = []
+    for dtype in (np.uint8, np.int8):
+        lo, hi = QRANGE[np.dtype(dtype)]
+        for shape in SHAPES:
+            for xs, ys, zps in SCALES:
+                for cip in (0, 1):
+                    if zps == "equal":
+                        xz = yz = 128 if dtype == np.uint8 else 0
+                    else:
+                        xz, yz = (int(v) for v in rng.integers(lo, hi + 1, 2))
+                    x = rng.integers(lo, hi + 1, shape).astype(dtype)
+                    out.append((x, xs, xz, ys, yz, cip))
+    return out
+
+
+def check_all():
+    """Every case against the reference (away from ties) and stock ORT (everywhere)."""
+    for x, xs, xz, ys, yz, cip in cases():
+        attrs = dict(ATTRS, count_include_pad=cip)
+        params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
+        model, feeds = T.build_model(x.shape, x.dtype, attrs, params)
+        what = f"{x.dtype} x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
+        y = T.run_lib_counted(model, {"X": x, **feeds})
+        ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 0)
+        T.check_against_reference(y, ref, pre, what=what)
+        stock = T.stock_session(model).run(None, {"X": x, **feeds})[0]
+        differ = np.argwhere(stock != y)
+        assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
+
+
+def test_plane3x3_matches_reference_and_stock_ort():
+    check_all()
+
+
+def test_equal_scales_put_edge_windows_on_ties():
+    """The equal-scales cases do reach the tie path: pre-rounding values at the edges on .5, none inside."""
+    x, xs, xz, ys, yz, cip = next(
+        c for c in cases() if c[0].shape[2] >= 23 and c[1] == c[3] and c[2] == c[4] and not c[5]
+    )
+    _, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 0)
+    on_tie = near_tie(pre, T.TIE_TOL)
+    assert on_tie[..., 0, :].any() and on_tie[..., :, 0].any() and not on_tie[..., 1:-1, 1:-1].any()
+
+
+_ISA_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests_dir!r})
+    import onnx_pools
+    import test_qlinear_plane3x3 as P
+    assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()
+    P.check_all()
+    print("checked", len(P.cases()), "cases on", onnx_pools.active_isa())
+    """
+)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_plane3x3_on_each_isa(isa):
+    """The same checks with each other path forced (ONNX_POOLS_ISA is read when the library loads)."""
+    if isa == onnx_pools.active_isa():
+        pytest.skip("the path of this process: test_plane3x3_matches_reference_and_stock_ort")
+    env = dict(os.environ, ONNX_POOLS_ISA=isa)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))  # the onnx_pools under test
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    script = _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tests_dir)
+    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert f"checked {len(cases())} cases on {isa}" in r.stdout
