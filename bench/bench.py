@@ -13,8 +13,8 @@ torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and ou
 thread count of a case is timed in 5 interleaved rounds (a noisy stretch of a shared machine then hits all of them);
 time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
-of numpy's max and sum (one thread) and torch's sum and amax (t threads) over a 128 MB float32 array (four times the
-last-level cache); the fastest counts.
+of numpy's max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool (t threads) over a 128 MB
+float32 array (four times the last-level cache); the fastest counts.
 Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
 """
 
@@ -291,13 +291,20 @@ def bound_runner(sess, x):
 
 def read_ceiling(threads, target, quick):
     """GB/s of plain reads of a float32 array four times the size of the last-level cache (128 MB): numpy's
-    vectorised max and sum (one thread) and torch's sum and amax (`threads` threads); the fastest is the ceiling."""
+    vectorised max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool over 2048 channels of
+    it (`threads` threads); the fastest is the ceiling. (The library reads 2-4 channels side by side: one core
+    reads several concurrent streams faster than one on some CPUs, e.g. AMD EPYC, ~23 vs ~18 GB/s.)"""
     n = 32 * 1024 * 1024
     a = np.ones(n, dtype=np.float32)
     res = {}
     for name, fn in (("numpy_max_1thread", a.max), ("numpy_sum_1thread", a.sum)):
         t, _ = time_fn(fn, target, 5)
         res[name] = a.nbytes / t / 1e9
+    shape = (1, 2048, n // 2048)  # channels of 64 KB: far apart (MBs) several streams gained nothing
+    sess = ort_session(build_model(Case("GlobalMaxPool f32", "GlobalMaxPool", "float32", shape), shape), True, threads)
+    run, _ = bound_runner(sess, a.reshape(shape))
+    t, _ = time_fn(run, target, 5)
+    res[f"onnx_pools_max_{threads}threads"] = a.nbytes / t / 1e9
     if torch is not None:
         old = torch.get_num_threads()
         torch.set_num_threads(threads)
