@@ -16,11 +16,13 @@ bool forced(const char* isa) {
 }
 
 #if defined(__x86_64__)
+#if !defined(ONNX_POOLS_WITHOUT_AVX512)  // see CMakeLists.txt
 bool cpu_has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
 }
+#endif
 bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
@@ -28,9 +30,8 @@ bool cpu_has_avx2() {
 const KernelTable& choose() {
   __builtin_cpu_init();
   const bool want_portable = forced("portable");
-  const bool want_avx2 = forced("avx2");
-#if !defined(ONNX_POOLS_WITHOUT_AVX512)  // see CMakeLists.txt
-  if (!want_portable && !want_avx2 && cpu_has_avx512()) return avx512::table();
+#if !defined(ONNX_POOLS_WITHOUT_AVX512)
+  if (!want_portable && !forced("avx2") && cpu_has_avx512()) return avx512::table();
 #endif
   if (!want_portable && cpu_has_avx2()) return avx2::table();
   return portable::table();

@@ -398,6 +398,9 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
     for (; c + kStreams <= channels; c += kStreams) {
+      // the next group's channels start where no stream of this one reads ahead: ask for their first lines now
+      for (int64_t next = c + kStreams; next < min_of(c + 2 * kStreams, channels); ++next)
+        __builtin_prefetch(x + next * size), __builtin_prefetch(x + next * size + 64 / sizeof(T));
       bool done[kStreams];
       streamed_channels<T, R>(x + c * size, size, y + c, lp, buffer, done);
       for (int g = 0; g < kStreams; ++g)

@@ -10,7 +10,9 @@ struct IntegerPower {
   template <class A>  // a scalar or a native vector
   A operator()(A v) const {
     A a;
-    if constexpr (std::is_floating_point_v<A>) {
+    if constexpr (P % 2 == 0) {
+      a = v;  // an even power needs no |v|: v * v has the bits of |v| * |v| (rounding ignores signs), NaN alike
+    } else if constexpr (std::is_floating_point_v<A>) {
       a = std::fabs(v);  // one AND when vectorised (a compare and a blend otherwise)
     } else {
       a = v < 0 ? -v : v;  // NaN passes through
