@@ -247,7 +247,9 @@ struct RequantiseLanes {
   }
   template <class B>
   static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
+#if defined(__AVX2__) || defined(__SSE2__)
     constexpr bool kSigned = std::is_signed_v<B>;
+#endif
 #if defined(__AVX2__)
     const __m256i ab = _mm256_packs_epi32(__m256i(a), __m256i(b));  // per 128-bit half: a, b
     const __m256i cd = _mm256_packs_epi32(__m256i(c), __m256i(d));
