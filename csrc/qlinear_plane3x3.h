@@ -140,8 +140,8 @@ class Plane3x3Pool {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
-    const Floats magic = Floats{} + 12582912.0f;  // as in Requantiser::element
-    const Floats band = Floats{} + (0.5f - 2e-4f);
+    const Floats magic = Floats{} + kRoundMagicFloat;  // as Requantiser::element
+    const Floats band = Floats{} + kMarkBand;
     Ints rounded[4], marks[4];
     for (int v = 0; v < 4; ++v) {
       const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
@@ -210,8 +210,8 @@ class Plane3x3Pool {
     const Doubles y_zero = Doubles{} + requantiser_.y_zero;
     const Doubles dmin = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
     const Doubles dmax = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
-    const Doubles dmagic = Doubles{} + 6755399441055744.0;  // as round_half_even
-    const Doubles dband = Doubles{} + (0.5 - 1e-4);         // as near_tie
+    const Doubles dmagic = Doubles{} + kRoundMagicDouble;  // as round_half_even
+    const Doubles dband = Doubles{} + kTieBand;            // as near_tie
     const Doubles scale_full = Doubles{} + requantiser_.window_scale(rows_valid * 3);
     const Doubles scale_edge = Doubles{} + requantiser_.window_scale(rows_valid * 2);
     const Ints difference = sum - zero_sum;
@@ -250,7 +250,7 @@ class Plane3x3Pool {
     Floats value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
     value = Lanes::max(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::min()));  // as rounded_output
     value = Lanes::min(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::max()));
-    const Ints ort = __builtin_convertvector((value + 12582912.0f) - 12582912.0f, Ints);
+    const Ints ort = __builtin_convertvector((value + kRoundMagicFloat) - kRoundMagicFloat, Ints);
     const Ints settled_value = (tie & ort) | (~tie & exact);
     return (marks & settled_value) | (~marks & rounded);
   }

@@ -7,10 +7,14 @@
 
 // ---- QLinearAveragePool ---------------------------------------------------------------------------------
 
-inline double round_half_even(double v) {       // |v| < 2^51
-  constexpr double magic = 6755399441055744.0;  // 1.5 * 2^52
-  return (v + magic) - magic;
-}
+// The requantisation's constants, named once (qlinear_plane3x3.h's vector pass uses them too).
+// (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
+constexpr double kRoundMagicDouble = 6755399441055744.0;
+constexpr float kRoundMagicFloat = 12582912.0f;
+constexpr double kTieBand = 0.5 - 1e-4;    // |v - round(v)| above this: a tie within rounding noise (near_tie)
+constexpr float kMarkBand = 0.5f - 2e-4f;  // the float pass marks above this (a superset of the tie band)
+
+inline double round_half_even(double v) { return (v + kRoundMagicDouble) - kRoundMagicDouble; }
 
 // ONNX Runtime's own float arithmetic, written once: each element dequantised in float, ...
 template <class Q>
@@ -48,7 +52,7 @@ inline double clamp_to(double v) {
 
 // A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding; such
 // elements are recomputed as ORT does. (Tested as |v - round(v)| because floor() blocks vectorisation.)
-inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > 0.5 - 1e-4; }
+inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > kTieBand; }
 
 template <class Q>
 inline Q to_quantized(double clamped) {
@@ -135,7 +139,7 @@ template <class Q>
 inline float rounded_output(float value) {
   constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
   constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-  constexpr float magic = 12582912.0f;  // 1.5 * 2^23: (v + magic) - magic rounds half to even, |v| < 2^22
+  constexpr float magic = kRoundMagicFloat;
   value = qmin > value ? qmin : value;
   value = qmax < value ? qmax : value;
   return (value + magic) - magic;
@@ -344,13 +348,13 @@ struct Requantiser {
     if constexpr (kFloat) {
       constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
       constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-      constexpr float magic = 12582912.0f;  // 1.5 * 2^23: (v + magic) - magic rounds half to even, |v| < 2^22
+      constexpr float magic = kRoundMagicFloat;
       float v = static_cast<float>(static_cast<int32_t>(sum) - static_cast<int32_t>(zero_sum)) * scale +
                 static_cast<float>(y_zero);
       v = qmin > v ? qmin : v;
       v = qmax < v ? qmax : v;
       const float rounded = (v + magic) - magic;
-      marked = std::fabs(v - rounded) > 0.5f - 2e-4f;
+      marked = std::fabs(v - rounded) > kMarkBand;
       return static_cast<Q>(static_cast<int32_t>(rounded));
     } else {
       const double v = clamp_to<Q>(static_cast<double>(sum - zero_sum) * scale + y_zero);
@@ -396,8 +400,8 @@ struct Requantiser {
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    const Floats magic = Floats{} + 12582912.0f;  // as in element()
-    const Floats band = Floats{} + (0.5f - 2e-4f);
+    const Floats magic = Floats{} + kRoundMagicFloat;
+    const Floats band = Floats{} + kMarkBand;
     const Floats scale_v = Floats{} + scale_all;
     // values [at, at + kLength): the rounded values as Ints, and the marks (all ones where marked)
     auto lanes = [&](int64_t at, Ints& rounded_ints, Ints& marked) {
