@@ -14,16 +14,45 @@ double fold_lanes(A* lanes) {
   return static_cast<double>(lanes[0]);
 }
 
-// sum of map(a[i]) over elements T (accumulated in A = AccOf<T>, loaded by `load`, see AccLoader): map takes a
-// native vector or a scalar (IntegerPower, scaling lambdas with auto arguments). Logical lane l adds a[i + l] for i
-// in steps of kLanes<A>, whatever the vector width (see kLanes).
-template <class T, class Map, class Loader = AccLoader<T>>
-double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
+// Channels summed side by side: one core reads a few concurrent streams faster than one (AMD EPYC, AVX2: 22-23 GB/s
+// from 2-4 streams, 17-18 GB/s from one), and each channel is one stream. kStreams channels keep their partial sums
+// in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
+constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
+constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+
+// The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
+// loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
+// kLanes<A>, whatever the vector width (see kLanes), then its tail, then a pairwise fold: the same operations in
+// the same order for any G, so a channel's sum has the same bits alone (G = 1) as streamed.
+template <int G, class T, class Map, class Loader>
+void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* loads, double* sums) {
   using A = AccOf<T>;
   using S = Simd<A>;
   constexpr int L = kLanes<A>;
-  constexpr int K = L / S::kLength;  // vectors of partial sums
-  if (n < 2 * L) {                   // short channels: a lane array would cost more to fold than to fill
+  constexpr int K = L / S::kLength;  // vectors of partial sums per channel
+  typename S::Value acc[G][K] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    for (int g = 0; g < G; ++g) {
+      typename S::Value v[K];
+      loads[g].load(a + g * stride + i, v);
+      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    A lanes[L];
+    for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
+    for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));  // the tail, spread
+    sums[g] = fold_lanes(lanes);
+  }
+}
+
+// The sum of map(a[i]) over one channel's n elements; map takes a native vector or a scalar (IntegerPower,
+// scaling lambdas with auto arguments).
+template <class T, class Map, class Loader = AccLoader<T>>
+double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
+  using A = AccOf<T>;
+  if (n < 2 * kLanes<A>) {  // short channels: a lane array would cost more to fold than to fill
     auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
     A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
     int64_t i = 0;
@@ -41,48 +70,9 @@ double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}
     for (; i < n; ++i) tail += at(i);
     return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
   }
-  typename S::Value acc[K] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    typename S::Value v[K];
-    load.load(a + i, v);
-    for (int k = 0; k < K; ++k) acc[k] += map(v[k]);
-  }
-  A lanes[L];
-  for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[k]);
-  for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[i + l]));  // the tail, spread over the lanes
-  return fold_lanes(lanes);
-}
-
-// Channels summed side by side: one core reads a few concurrent streams faster than one (AMD EPYC, AVX2: 22-23 GB/s
-// from 2-4 streams, 17-18 GB/s from one), and each channel is one stream. kStreams channels keep their partial sums
-// in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
-constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
-constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
-
-// mapped_sum_block for kStreams channels at once (channel g at a + g * stride, n >= 2 kLanes elements each), with
-// each channel's own lanes and loader and the same operations in the same order, so each sum has its bits.
-template <class T, class Map>
-void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, AccLoader<T>* loads, double* sums) {
-  using A = AccOf<T>;
-  using S = Simd<A>;
-  constexpr int L = kLanes<A>;
-  constexpr int K = L / S::kLength;
-  typename S::Value acc[kStreams][K] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    for (int g = 0; g < kStreams; ++g) {
-      typename S::Value v[K];
-      loads[g].load(a + g * stride + i, v);
-      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
-    }
-  }
-  for (int g = 0; g < kStreams; ++g) {
-    A lanes[L];
-    for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
-    for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
-    sums[g] = fold_lanes(lanes);
-  }
+  double sum;
+  mapped_sum_streams<1>(a, 0, n, map, &load, &sum);
+  return sum;
 }
 
 struct Identity {
@@ -91,11 +81,6 @@ struct Identity {
     return v;
   }
 };
-
-template <class A>
-double sum_block(const A* a, int64_t n) {
-  return mapped_sum_block(a, n, Identity{});
-}
 
 template <class A, class Power>
 double power_sum_block(const A* a, int64_t n, Power power) {
@@ -111,72 +96,25 @@ double mapped_sum_elements(const T* a, int64_t n, Map map, AccOf<T>* buffer) {
   return load.exact() ? sum : mapped_sum_block(acc_view(a, buffer, n), n, map);
 }
 
-// NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
-template <class A>
-inline A max_step(A m, A v) {
-  return (v > m || v != v) ? v : m;
-}
-
-// max(running, a[0..n)), NaN if any is NaN. Four native vectors of running maxima plus a "saw NaN" mask: a plain
-// compare and select per element, where a sticky-NaN select would chain three. Channels of one to a few vectors
-// (e.g. 7x7) load their last vector overlapping the previous one instead of a scalar tail (max is idempotent).
-template <class A>
-A max_block(const A* a, int64_t n, A running) {
+// The maxima of G channels side by side (channel g at a + g * stride, n >= one native vector each), each from
+// `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
+// per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
+// chain three. The last vector of a channel overlaps the one before instead of a scalar tail (e.g. 7x7 channels).
+// Returns false if a NaN came by: the caller then finds the first one.
+template <int G, int K, class A>
+bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   using S = Simd<A>;
   using V = typename S::Value;
   using M = typename S::Mask;
   constexpr int N = S::kLength;
-  if (running != running) return running;
-  if (n < N) {
-    for (int64_t i = 0; i < n; ++i) running = max_step(running, a[i]);
-    return running;
-  }
-  const V start = S::splat(running);
-  V m[4] = {start, start, start, start};
+  V m[G][K];
+  for (auto& channel : m)
+    for (auto& v : channel) v = S::splat(start);
   M nan = {};
   int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    for (int k = 0; k < 4; ++k) {
-      const V v = S::load(a + i + k * N);
-      m[k] = v > m[k] ? v : m[k];
-      nan |= v != v;
-    }
-  }
-  for (; i < n; i += N) {  // the rest, the last vector overlapping
-    const V v = S::load(a + (i + N <= n ? i : n - N));
-    m[0] = v > m[0] ? v : m[0];
-    nan |= v != v;
-  }
-  bool any_nan = false;
-  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
-  if (any_nan) {  // rare: the first NaN, as the sequential definition gives
-    for (int64_t j = 0; j < n; ++j)
-      if (a[j] != a[j]) return a[j];
-  }
-  m[0] = m[1] > m[0] ? m[1] : m[0];
-  m[2] = m[3] > m[2] ? m[3] : m[2];
-  m[0] = m[2] > m[0] ? m[2] : m[0];
-  for (int l = 0; l < N; ++l) running = running < m[0][l] ? m[0][l] : running;  // no NaN left: a plain max
-  return running;
-}
-
-// max_block of kStreams whole channels at once (channel g at a + g * stride, n >= 2 native vectors), from -inf; the
-// order does not matter to a max. Returns false if a NaN came by: the caller then takes max_block, which finds
-// the first one.
-template <class A>
-bool max_streams(const A* a, int64_t stride, int64_t n, A* maxima) {
-  using S = Simd<A>;
-  using V = typename S::Value;
-  using M = typename S::Mask;
-  constexpr int N = S::kLength;
-  const V start = S::splat(-std::numeric_limits<A>::infinity());
-  V m[kStreams][2];
-  for (auto& channel : m) channel[0] = channel[1] = start;
-  M nan = {};
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    for (int g = 0; g < kStreams; ++g) {
-      for (int k = 0; k < 2; ++k) {
+  for (; i + K * N <= n; i += K * N) {
+    for (int g = 0; g < G; ++g) {
+      for (int k = 0; k < K; ++k) {
         const V v = S::load(a + g * stride + i + k * N);
         m[g][k] = v > m[g][k] ? v : m[g][k];
         nan |= v != v;
@@ -184,21 +122,47 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A* maxima) {
     }
   }
   for (; i < n; i += N) {  // the rest, the last vector overlapping
-    for (int g = 0; g < kStreams; ++g) {
+    for (int g = 0; g < G; ++g) {
       const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
       m[g][0] = v > m[g][0] ? v : m[g][0];
       nan |= v != v;
     }
   }
-  for (int l = 0; l < N; ++l)
-    if (nan[l] != 0) return false;
-  for (int g = 0; g < kStreams; ++g) {
-    const V v = m[g][1] > m[g][0] ? m[g][1] : m[g][0];
-    A best = v[0];
-    for (int l = 1; l < N; ++l) best = best < v[l] ? v[l] : best;
+  bool any_nan = false;  // unrolled, without an exit per lane: short channels pay this per channel
+#pragma GCC unroll 64
+  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
+  if (any_nan) return false;
+  for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
+#pragma GCC unroll 8
+    for (int w = 1; w < K; w *= 2)
+#pragma GCC unroll 8
+      for (int k = 0; k + w < K; k += 2 * w) m[g][k] = m[g][k + w] > m[g][k] ? m[g][k + w] : m[g][k];
+    A best = start;
+#pragma GCC unroll 64
+    for (int l = 0; l < N; ++l) best = best < m[g][0][l] ? m[g][0][l] : best;
     maxima[g] = best;
   }
   return true;
+}
+
+// NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
+template <class A>
+inline A max_step(A m, A v) {
+  return (v > m || v != v) ? v : m;
+}
+
+// max(running, a[0..n)), NaN if any is NaN: then the first NaN, as the sequential definition gives.
+template <class A>
+A max_block(const A* a, int64_t n, A running) {
+  if (running != running) return running;
+  if (n < Simd<A>::kLength) {
+    for (int64_t i = 0; i < n; ++i) running = max_step(running, a[i]);
+    return running;
+  }
+  A result;
+  if (max_streams<1, 4>(a, 0, n, running, &result)) return result;
+  for (int64_t j = 0;; ++j)  // rare
+    if (a[j] != a[j]) return a[j];
 }
 
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
@@ -263,7 +227,7 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
       AccLoader<T> loads[kStreams];
       double sums[kStreams];
       if (n >= 2 * kLanes<A>) {
-        mapped_sum_streams(x + off, size, n, map, loads, sums);
+        mapped_sum_streams<kStreams>(x + off, size, n, map, loads, sums);
       } else {
         for (int g = 0; g < kStreams; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
       }
@@ -283,7 +247,7 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
   } else if constexpr (R == Reduction::Max) {
     A maxima[kStreams];
     if constexpr (std::is_same_v<T, A>) {
-      if (max_streams(x, size, size, maxima)) {
+      if (max_streams<kStreams, 2>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
         for (int g = 0; g < kStreams; ++g) y[g] = maxima[g], done[g] = true;
       }
     }
