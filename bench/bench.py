@@ -11,7 +11,8 @@ Each case is a one-node ONNX model.  It is timed
 at each intra-op thread count (ORT: intra_op_num_threads = t, inter_op_num_threads = 1, sequential execution;
 torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Each engine and
 thread count of a case is timed in 5 interleaved rounds (a noisy stretch of a shared machine then hits all of them);
-time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.
+time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.  Tiny inputs (a few
+microseconds per run) are timed as means of bursts of 50 runs in 40 interleaved rounds instead.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
 of numpy's max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool (t threads) over a 128 MB
 float32 array (four times the last-level cache); the fastest counts.
@@ -242,17 +243,20 @@ def small_shape(shape):
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def time_runs(fn, target, min_runs, max_runs=5000):
-    """The times of N runs after one warm-up run, N adapted to take about `target` seconds."""
+def time_runs(fn, target, min_runs, max_runs=5000, burst=1):
+    """The times of N samples after one warm-up run, N adapted to take about `target` seconds; a sample is the
+    mean time of `burst` back-to-back runs (for runs of a few microseconds, see TINY_BYTES). Makes N * burst + 1
+    calls."""
     t0 = time.perf_counter()
     fn()
     first = time.perf_counter() - t0
-    n = int(min(max_runs, max(min_runs, round(target / max(first, 1e-7)))))
+    n = int(min(max_runs, max(min_runs, round(target / max(first * burst, 1e-7)))))
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
+        for _ in range(burst):
+            fn()
+        ts.append((time.perf_counter() - t0) / burst)
     return ts
 
 
@@ -326,6 +330,12 @@ def compare(y_lib, y_stock):
 
 
 ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
+# Inputs this small run in a few microseconds, mostly per-run overhead of a node: each is timed as the mean of
+# bursts of TINY_BURST runs, with the engines alternating in TINY_ROUNDS short rounds, so that a shared machine's
+# noise (preemption of tens of microseconds) hits every engine alike instead of one engine's single runs.
+TINY_BYTES = 64 * 1024
+TINY_BURST = 50
+TINY_ROUNDS = 40
 # After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
 # process they would take a core from the next engine timed. A pause lets them go to sleep first.
 SPIN_SETTLE_S = 0.02
@@ -369,10 +379,10 @@ def _isa_worker():
                 outputs[t] = y
             send(outputs)
         elif kind == "time":
-            _, op, t, target, min_runs = msg
+            _, op, t, target, min_runs, burst = msg
             before = onnx_pools.call_counts()[op]
-            ts = time_runs(runners[t][1], target, min_runs)
-            send((ts, onnx_pools.call_counts()[op] - before == len(ts) + 1))
+            ts = time_runs(runners[t][1], target, min_runs, burst=burst)
+            send((ts, onnx_pools.call_counts()[op] - before == len(ts) * burst + 1))
         elif kind == "clear":
             runners.clear()
             send(None)
@@ -440,7 +450,8 @@ def engine_of(worker):
 
 def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     """One row per (ISA, thread count). Every engine (the library on each ISA, stock ORT, torch) and thread count of
-    the case is timed in each of ROUNDS rounds, in turn; its time is the median over all its runs."""
+    the case is timed in each of ROUNDS rounds (TINY_ROUNDS of bursts for tiny inputs), in turn; its time is the
+    median over all its samples."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
     base = {
@@ -484,19 +495,21 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
             runners.append(("torch", t, run_torch))
     samples = {(e, t): [] for e, t, _ in runners}
     kernel_ok = {engine_of(w): True for w in workers}
-    per_round = target / ROUNDS
+    tiny = x.nbytes <= TINY_BYTES
+    rounds, burst = (TINY_ROUNDS, TINY_BURST) if tiny else (ROUNDS, 1)
+    per_round = target / rounds
     old_threads = torch.get_num_threads() if torch is not None else None
     try:
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for engine, t, fn in runners:
-                runs = max(1, min_runs // ROUNDS + 1)
+                runs = max(1, min_runs // rounds + 1)
                 if isinstance(fn, IsaWorker):
-                    ts, ok = fn.call("time", case.op, t, per_round, runs)
+                    ts, ok = fn.call("time", case.op, t, per_round, runs, burst)
                     kernel_ok[engine] &= ok
                 else:
                     if engine == "torch":
                         torch.set_num_threads(t)
-                    ts = time_runs(fn, per_round, runs)
+                    ts = time_runs(fn, per_round, runs, burst=burst)
                 samples[(engine, t)] += ts
                 if t > 1:
                     time.sleep(SPIN_SETTLE_S)
