@@ -19,6 +19,15 @@ double fold_lanes(A* lanes) {
 // in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+// On AVX2, one channel fewer where each element needs a register of its own before it is added (a conversion from
+// 16 bits, a power): 4 channels' 4 vectors of partial sums take all 16 registers, and a spilled sum costs a store
+// and a reload per step (GlobalLpPool f16 0.49 -> 0.34 ms; f32 unchanged, bound by memory). SSE2's two streams
+// spill too, yet one stream measured slower; AVX-512 has 32 registers.
+template <class T, Reduction R>
+constexpr int kStreamsOf =
+    kVectorBytes == 32 && (R == Reduction::Lp || (R == Reduction::Average && !std::is_same_v<T, AccOf<T>>))
+        ? kStreams - 1
+        : kStreams;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -213,55 +222,56 @@ T max_halves(const T* x, int64_t n) {
   return result;
 }
 
-// The sums of kStreams long channels side by side (see kStreams), each with the bits the one-channel path gives
-// it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the
-// range where it is trusted unscaled).
+// The sums of G = kStreamsOf<T, R> long channels side by side (see kStreams), each with the bits the one-channel path
+// gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
+// where it is trusted unscaled).
 template <class T, Reduction R>
 void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T>* buffer, bool* done) {
   using A = AccOf<T>;
-  for (int g = 0; g < kStreams; ++g) done[g] = false;
+  constexpr int G = kStreamsOf<T, R>;
+  for (int g = 0; g < G; ++g) done[g] = false;
   // sum over [begin, size) of map(x), per channel in blocks of kBlock as mapped_sum_elements takes them
   auto block_totals = [&](int64_t begin, auto map, double* totals) {
     for (int64_t off = begin; off < size; off += kBlock) {
       const int64_t n = min_of(kBlock, size - off);
-      AccLoader<T> loads[kStreams];
-      double sums[kStreams];
+      AccLoader<T> loads[G];
+      double sums[G];
       if (n >= 2 * kLanes<A>) {
-        mapped_sum_streams<kStreams>(x + off, size, n, map, loads, sums);
+        mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
       } else {
-        for (int g = 0; g < kStreams; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
+        for (int g = 0; g < G; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
       }
-      for (int g = 0; g < kStreams; ++g) {  // a block the fast conversion did not cover: as mapped_sum_elements
+      for (int g = 0; g < G; ++g) {  // a block the fast conversion did not cover: as mapped_sum_elements
         if (!loads[g].exact()) sums[g] = mapped_sum_block(acc_view(x + g * size + off, buffer, n), n, map);
         totals[g] += sums[g];
       }
     }
   };
   if constexpr (R == Reduction::Average) {
-    double totals[kStreams] = {};
+    double totals[G] = {};
     block_totals(0, Identity{}, totals);
-    for (int g = 0; g < kStreams; ++g) {
+    for (int g = 0; g < G; ++g) {
       if (std::isfinite(totals[g])) y[g] = from_acc<T>(totals[g] / static_cast<double>(size));
       done[g] = std::isfinite(totals[g]);
     }
   } else if constexpr (R == Reduction::Max) {
-    A maxima[kStreams];
+    A maxima[G];
     if constexpr (std::is_same_v<T, A>) {
-      if (max_streams<kStreams, 2>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
-        for (int g = 0; g < kStreams; ++g) y[g] = maxima[g], done[g] = true;
+      if (max_streams<G, 2>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
+        for (int g = 0; g < G; ++g) y[g] = maxima[g], done[g] = true;
       }
     }
   } else {  // Lp: the one-channel path's unscaled case, its probe first
     if (needs_scaled_lp(lp)) return;
     with_power(lp, [&](auto power) {
       const int64_t first = min_of(int64_t{kLanes<A>}, size);  // as the one-channel path takes it
-      double probes[kStreams], rest[kStreams] = {};
-      for (int g = 0; g < kStreams; ++g) {
+      double probes[G], rest[G] = {};
+      for (int g = 0; g < G; ++g) {
         probes[g] = mapped_sum_elements(x + g * size, first, power, buffer);
         if (!lp_sum_trusted<A>(probes[g])) return;
       }
       block_totals(first, power, rest);
-      for (int g = 0; g < kStreams; ++g) {
+      for (int g = 0; g < G; ++g) {
         const double total = probes[g] + rest[g];
         if (lp_sum_trusted<A>(total)) y[g] = from_acc<T>(lp_root(total, lp)), done[g] = true;
       }
@@ -275,6 +285,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   A buffer[kBlock];
+  constexpr int G = kStreamsOf<T, R>;
   auto one_channel = [&](int64_t c) {
     const T* xc = x + c * size;
     if constexpr (R == Reduction::Max && sizeof(T) == 2) {
@@ -361,13 +372,13 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   int64_t c = 0;
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
-    for (; c + kStreams <= channels; c += kStreams) {
+    for (; c + G <= channels; c += G) {
       // the next group's channels start where no stream of this one reads ahead: ask for their first lines now
-      for (int64_t next = c + kStreams; next < min_of(c + 2 * kStreams, channels); ++next)
+      for (int64_t next = c + G; next < min_of(c + 2 * G, channels); ++next)
         __builtin_prefetch(x + next * size), __builtin_prefetch(x + next * size + 64 / sizeof(T));
-      bool done[kStreams];
+      bool done[G];
       streamed_channels<T, R>(x + c * size, size, y + c, lp, buffer, done);
-      for (int g = 0; g < kStreams; ++g)
+      for (int g = 0; g < G; ++g)
         if (!done[g]) one_channel(c + g);
     }
   }
