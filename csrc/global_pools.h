@@ -19,13 +19,16 @@ double fold_lanes(A* lanes) {
 // in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
-// On AVX2, one channel fewer where each element needs a register of its own before it is added (a conversion from
-// 16 bits, a power): 4 channels' 4 vectors of partial sums take all 16 registers, and a spilled sum costs a store
-// and a reload per step (GlobalLpPool f16 0.49 -> 0.34 ms; f32 unchanged, bound by memory). SSE2's two streams
-// spill too, yet one stream measured slower; AVX-512 has 32 registers.
+// Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2:
+// 1.63 -> 1.47 ms over 2, GlobalMaxPool f32 8x256x56x56). On AVX2, one channel fewer where each element needs a
+// register of its own before it is added (a conversion from 16 bits, a power): 4 channels' 4 vectors of partial
+// sums take all 16 registers, and a spilled sum costs a store and a reload per step (GlobalLpPool f16 0.49 -> 0.34
+// ms; f32 unchanged, bound by memory). SSE2's two streams of sums spill too, yet one stream measured slower;
+// AVX-512 has 32 registers.
 template <class T, Reduction R>
 constexpr int kStreamsOf =
-    kVectorBytes == 32 && (R == Reduction::Lp || (R == Reduction::Average && !std::is_same_v<T, AccOf<T>>))
+    R == Reduction::Max ? 4
+    : kVectorBytes == 32 && (R == Reduction::Lp || (R == Reduction::Average && !std::is_same_v<T, AccOf<T>>))
         ? kStreams - 1
         : kStreams;
 

@@ -312,11 +312,11 @@ for dtype in ALL_DTYPES:
             assert np.array_equal(y1, ref1, equal_nan=True), (y1, ref1)
 
         check(half_sums, f"GlobalAveragePool/GlobalLpPool {dtype}: zeros, subnormals, inf, NaN in 1024-element blocks")
-    # Long channels are summed side by side (kStreamsOf: 4 on AVX2 / AVX-512, 3 for 16-bit floats and Lp on AVX2, 2 on
-    # SSE2 / NEON): each channel must come out with the bits it has when pooled alone (the one-channel path), and a
-    # channel the side-by-side sums leave to that path (a NaN, a float-lane overflow, an Lp sum of tiny values, a
-    # float16 subnormal) must not disturb the others. 11 channels (groups and a rest), 2070 elements (two 1024 blocks
-    # and a short tail).
+    # Long channels are pooled side by side (kStreamsOf: 4 on AVX2 / AVX-512 and for max, 3 for 16-bit floats and Lp
+    # on AVX2, 2 on SSE2 / NEON): each channel must come out with the bits it has when pooled alone (the one-channel
+    # path), and a channel the side-by-side sums leave to that path (a NaN, a float-lane overflow, an Lp sum of tiny
+    # values, a float16 subnormal) must not disturb the others. 11 channels (groups and a rest), 2070 elements (two
+    # 1024 blocks and a short tail).
     x = rng.standard_normal([1, 11, 2070]) * 3
     x[0, 1, 700] = np.nan
     x[0, 2, :] = 3e38 if dtype in ("float32", "bfloat16") else (6e4 if dtype == "float16" else 1e308)
