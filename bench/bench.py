@@ -11,8 +11,8 @@ Each case is a one-node ONNX model.  It is timed
 at each intra-op thread count (ORT: intra_op_num_threads = t, inter_op_num_threads = 1, sequential execution;
 torch.set_num_threads(t)).  ORT runs use IOBinding with pre-created input and output OrtValues.  Each engine and
 thread count of a case is timed in 5 interleaved rounds (a noisy stretch of a shared machine then hits all of them);
-time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.  Tiny inputs (a few
-microseconds per run) are timed as means of bursts of 50 runs in 40 interleaved rounds instead.
+time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread count.  Inputs up to 1 MiB (runs
+of microseconds) are timed as means of bursts of runs (~0.3 ms each) in 40 interleaved rounds instead.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
 of numpy's max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool (t threads) over a 128 MB
 float32 array (four times the last-level cache); the fastest counts.
@@ -243,27 +243,28 @@ def small_shape(shape):
 
 
 # ------------------------------------------------------------------------------------------------ timing
-def time_runs(fn, target, min_runs, max_runs=5000, burst=1):
-    """The times of N samples after one warm-up run, N adapted to take about `target` seconds; a sample is the
-    mean time of `burst` back-to-back runs (for runs of a few microseconds, see TINY_BYTES). Makes N * burst + 1
-    calls."""
+def time_runs(fn, target, min_runs, max_runs=5000, sample_s=0.0):
+    """(times of N samples, calls made) after one warm-up run, N adapted to take about `target` seconds. A sample is
+    one run, or with `sample_s` the mean of as many back-to-back runs as take about that long (for runs of
+    microseconds, see SMALL_BYTES)."""
     t0 = time.perf_counter()
     fn()
-    first = time.perf_counter() - t0
-    n = int(min(max_runs, max(min_runs, round(target / max(first * burst, 1e-7)))))
+    first = max(time.perf_counter() - t0, 1e-7)
+    burst = max(1, round(sample_s / first))
+    n = int(min(max_runs, max(min_runs, round(target / (first * burst)))))
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
         for _ in range(burst):
             fn()
         ts.append((time.perf_counter() - t0) / burst)
-    return ts
+    return ts, n * burst + 1
 
 
 def time_fn(fn, target, min_runs, max_runs=5000):
     """(median seconds, number of calls made)."""
-    ts = time_runs(fn, target, min_runs, max_runs)
-    return statistics.median(ts), len(ts) + 1
+    ts, calls = time_runs(fn, target, min_runs, max_runs)
+    return statistics.median(ts), calls
 
 
 def ort_session(model, library, threads):
@@ -330,12 +331,13 @@ def compare(y_lib, y_stock):
 
 
 ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
-# Inputs this small run in a few microseconds, mostly per-run overhead of a node: each is timed as the mean of
-# bursts of TINY_BURST runs, with the engines alternating in TINY_ROUNDS short rounds, so that a shared machine's
-# noise (preemption of tens of microseconds) hits every engine alike instead of one engine's single runs.
-TINY_BYTES = 64 * 1024
-TINY_BURST = 50
-TINY_ROUNDS = 40
+# Inputs this small run in microseconds to tens of microseconds, much of it the per-run cost of a node: each
+# sample is then the mean of a burst of runs taking SMALL_SAMPLE_S, with the engines alternating in SMALL_ROUNDS
+# short rounds, so that a shared machine's noise (preemptions of tens of microseconds) hits every engine alike
+# instead of single runs of one engine (per-run samples of 4-10 us runs scattered 0.6-2.6x between rounds).
+SMALL_BYTES = 1 << 20
+SMALL_SAMPLE_S = 300e-6
+SMALL_ROUNDS = 40
 # After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
 # process they would take a core from the next engine timed. A pause lets them go to sleep first.
 SPIN_SETTLE_S = 0.02
@@ -379,10 +381,10 @@ def _isa_worker():
                 outputs[t] = y
             send(outputs)
         elif kind == "time":
-            _, op, t, target, min_runs, burst = msg
+            _, op, t, target, min_runs, sample_s = msg
             before = onnx_pools.call_counts()[op]
-            ts = time_runs(runners[t][1], target, min_runs, burst=burst)
-            send((ts, onnx_pools.call_counts()[op] - before == len(ts) * burst + 1))
+            ts, calls = time_runs(runners[t][1], target, min_runs, sample_s=sample_s)
+            send((ts, onnx_pools.call_counts()[op] - before == calls))
         elif kind == "clear":
             runners.clear()
             send(None)
@@ -450,7 +452,7 @@ def engine_of(worker):
 
 def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
     """One row per (ISA, thread count). Every engine (the library on each ISA, stock ORT, torch) and thread count of
-    the case is timed in each of ROUNDS rounds (TINY_ROUNDS of bursts for tiny inputs), in turn; its time is the
+    the case is timed in each of ROUNDS rounds (SMALL_ROUNDS of bursts for small inputs), in turn; its time is the
     median over all its samples."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
@@ -495,8 +497,7 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
             runners.append(("torch", t, run_torch))
     samples = {(e, t): [] for e, t, _ in runners}
     kernel_ok = {engine_of(w): True for w in workers}
-    tiny = x.nbytes <= TINY_BYTES
-    rounds, burst = (TINY_ROUNDS, TINY_BURST) if tiny else (ROUNDS, 1)
+    rounds, sample_s = (SMALL_ROUNDS, SMALL_SAMPLE_S) if x.nbytes <= SMALL_BYTES else (ROUNDS, 0.0)
     per_round = target / rounds
     old_threads = torch.get_num_threads() if torch is not None else None
     try:
@@ -504,12 +505,12 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
             for engine, t, fn in runners:
                 runs = max(1, min_runs // rounds + 1)
                 if isinstance(fn, IsaWorker):
-                    ts, ok = fn.call("time", case.op, t, per_round, runs, burst)
+                    ts, ok = fn.call("time", case.op, t, per_round, runs, sample_s)
                     kernel_ok[engine] &= ok
                 else:
                     if engine == "torch":
                         torch.set_num_threads(t)
-                    ts = time_runs(fn, per_round, runs, burst=burst)
+                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
                 samples[(engine, t)] += ts
                 if t > 1:
                     time.sleep(SPIN_SETTLE_S)
