@@ -357,10 +357,166 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   }
 }
 
+// ---- windows side by side along both axes (e.g. 2x2 stride 2), an output row at a time, software-pipelined -----
+
+// Windows that tile the plane without sharing an element and without padding (kernel == stride along both axes,
+// kernels of 2 or 3): each output row's column sums come from its own kernel rows only. The loop over an output row
+// computes that row's roots from the column sums made by the previous iteration (in L1) and, in the same loop, the
+// column sums of the next output row from the input: the input's loads do not feed the roots' long dependency
+// chains, so they proceed while the arithmetic of the roots runs (as two passes, the loads of the column pass
+// stalled on memory with nothing to overlap). The sums are those of lp_pool_blocked's side-by-side path, in the
+// same order (pairs or triples of |x|^p, then rows in order): same bits.
+inline bool pipelined_rows(const RowsAndColumns& rc) {
+  auto tiles = [](const AxisGeometry& a) {
+    return a.dilation == 1 && a.pad_begin == 0 && a.kernel == a.stride && (a.kernel == 2 || a.kernel == 3) &&
+           a.out * a.stride <= a.in && a.out > 0;
+  };
+  return tiles(rc.rows) && tiles(rc.cols) && rc.cols.in <= kBlockedRowLimit;
+}
+
+// The KC-term window sum of |x|^p at output column j of an input row (forced inline: as a call, the loop of
+// pipelined_row does not vectorise).
+template <int KC, class A, class Map>
+[[gnu::always_inline]] inline A side_by_side_sum(const A* __restrict s, int64_t j, Map map) {
+  if constexpr (KC == 2) {
+    return map(s[2 * j]) + map(s[2 * j + 1]);
+  } else {
+    return (map(s[3 * j]) + map(s[3 * j + 1])) + map(s[3 * j + 2]);
+  }
+}
+
+// One output row of the pipelined path: out[j] = root(sum over KR column rows of cur at j) for n windows, counting
+// the untrusted sums, and (when next_in is not null) next[k][j] = the KC-term sums of |x|^p of next_in's row k.
+template <int KR, int KC, class A, class Map, class Root>
+[[gnu::flatten]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
+                                       const A* __restrict next_in, int64_t in_w, A* __restrict next, Map map,
+                                       Root root) {
+  auto row_sum = [&](int64_t j) __attribute__((always_inline)) {
+    if constexpr (KR == 2) {
+      return cur[j] + cur[n + j];
+    } else {
+      return (cur[j] + cur[n + j]) + cur[2 * n + j];
+    }
+  };
+  int32_t bad = 0;  // n <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
+  if (next_in == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const A sum = row_sum(j);
+      bad += !window_sum_trusted(sum);
+      out[j] = root(sum);
+    }
+    return bad;
+  }
+  const A* __restrict s0 = next_in;
+  const A* __restrict s1 = next_in + in_w;
+  const A* __restrict s2 = next_in + (KR == 3 ? 2 * in_w : 0);
+  for (int64_t j = 0; j < n; ++j) {
+    const A sum = row_sum(j);
+    next[j] = side_by_side_sum<KC>(s0, j, map);
+    next[n + j] = side_by_side_sum<KC>(s1, j, map);
+    if constexpr (KR == 3) next[2 * n + j] = side_by_side_sum<KC>(s2, j, map);
+    bad += !window_sum_trusted(sum);
+    out[j] = root(sum);
+  }
+  return bad;
+}
+
+template <int KR, int KC, class A>
+void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
+                       const LpNorm& lp) {
+  const int64_t in_w = rc.cols.in, out_w = rc.cols.out, out_h = rc.rows.out;
+  const int64_t row_values = KR * out_w;  // the column sums of one output row
+  ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
+                       sizeof(A) * static_cast<size_t>(2 * row_values + out_w + kBlock));
+  int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
+  A* columns = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());  // two output rows' column sums
+  A* sums = columns + 2 * row_values;
+  A* probe_buffer = sums + out_w;
+  // Input rows fetched ahead of the loads that use them: far enough for memory's latency (a few output rows).
+  constexpr int64_t kAhead = 4;
+  const int64_t input_values = planes * g.in_size;
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const A* xp = x + plane * g.in_size;
+    A* yp = y + plane * g.out_size;
+    int e = probe_exponent(xp, g.in_size, probe_buffer, lp);
+    for (int attempt = 0;; ++attempt) {
+      const PowerOfTwo<A> up(e), down(-e);
+      int64_t untrusted = 0;
+      bool redo = false;
+      with_power(lp, [&](auto power) {
+        auto run = [&](auto map, auto root) {
+          // the first output row's column sums
+          for (int64_t k = 0; k < KR; ++k) {
+            const A* s = xp + k * in_w;
+            A* d = columns + k * out_w;
+            for (int64_t j = 0; j < out_w; ++j) d[j] = side_by_side_sum<KC>(s, j, map);
+          }
+          for (int64_t oh = 0; oh < out_h; ++oh) {
+            const A* cur = columns + (oh & 1) * row_values;
+            A* next = columns + ((oh + 1) & 1) * row_values;
+            // the input rows kAhead output rows on (in the next plane near the end of this one), one cache line
+            // in every 64 bytes of them
+            const int64_t fetch_first = plane * g.in_size + (oh + kAhead) * KR * in_w;
+            if (fetch_first + KR * in_w <= input_values) {
+              const char* fetch = reinterpret_cast<const char*>(x + fetch_first);
+              const int64_t fetch_bytes = KR * in_w * static_cast<int64_t>(sizeof(A));
+              for (int64_t b = 0; b < fetch_bytes; b += 64) __builtin_prefetch(fetch + b);
+            }
+            const A* next_in = oh + 1 < out_h ? xp + (oh + 1) * KR * in_w : nullptr;
+            A* y_row = yp + oh * out_w;
+            const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, map, root);
+            if (bad == 0) continue;
+            untrusted += bad;
+            if (attempt == 0 && untrusted * 16 > g.out_size) {
+              const int plane_e = normalising_exponent(largest_magnitude(xp, g.in_size));
+              if (plane_e != e) {
+                e = plane_e;
+                redo = true;
+                return;
+              }
+            }
+            stacked_row_sums(cur, out_w, KR, sums, out_w);
+            for (int64_t j = 0; j < out_w; ++j) {
+              if (!window_sum_trusted(sums[j])) y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp);
+            }
+          }
+        };
+        if (e == 0) {
+          run(power, [&](A sum) __attribute__((always_inline)) { return root_for(power, sum); });
+        } else {
+          run([&](A v) __attribute__((always_inline)) { return power(v * up.first * up.second); },
+              [&](A sum) __attribute__((always_inline)) { return root_for(power, sum) * down.first * down.second; });
+        }
+      });
+      if (!redo) break;
+    }
+  }
+}
+
+// Runs the pipelined path when it applies (float and double planes of side-by-side windows); false otherwise.
+template <class T>
+bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
+                           const LpNorm& lp) {
+  if constexpr (!std::is_same_v<T, AccOf<T>>) {
+    return false;
+  } else {
+    if (!pipelined_rows(rc)) return false;
+    const int kernels = 10 * static_cast<int>(rc.rows.kernel) + static_cast<int>(rc.cols.kernel);
+    switch (kernels) {
+      case 22: lp_pool_pipelined<2, 2>(x, y, planes, g, rc, lp); return true;
+      case 23: lp_pool_pipelined<2, 3>(x, y, planes, g, rc, lp); return true;
+      case 32: lp_pool_pipelined<3, 2>(x, y, planes, g, rc, lp); return true;
+      case 33: lp_pool_pipelined<3, 3>(x, y, planes, g, rc, lp); return true;
+      default: return false;
+    }
+  }
+}
+
 template <class T>
 void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if (g.axes.size() <= 2 && !needs_scaled_lp(lp)) {
     const RowsAndColumns rc = rows_and_columns(g);
+    if (try_lp_pool_pipelined(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, lp)) return;
     RowBlocks rb;
     if (row_blocks(rc, rb)) {
       lp_pool_blocked(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, rb, lp);

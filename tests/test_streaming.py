@@ -137,6 +137,11 @@ LP_CASES = [
     ([2, 3, 70, 30], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
     ([1, 2, 230, 40], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
     ([1, 2, 90, 33], {"kernel_shape": [5, 3], "strides": [1, 2], "pads": [2, 1, 2, 1], "ceil_mode": 1, "p": 1}),
+    # windows tiling the plane (kernel == stride 2 or 3, no padding: lp_pool.h lp_pool_pipelined, the next output
+    # row's column sums made in the loop of this one's roots), rows and columns left over past the last window
+    ([1, 3, 31, 29], {"kernel_shape": [3, 3], "strides": [3, 3], "p": 3}),
+    ([2, 2, 17, 50], {"kernel_shape": [2, 3], "strides": [2, 3], "p": 4}),
+    ([1, 2, 20, 33], {"kernel_shape": [3, 2], "strides": [3, 2], "p": 1}),
 ]
 
 
@@ -163,6 +168,7 @@ def check_lp_streaming_subnormal_rows():
     for shape, attrs in (
         ([1, 2, 120, 64], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}),
         ([1, 2, 60, 40], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2}),
+        ([1, 2, 93, 61], {"kernel_shape": [3, 3], "strides": [3, 3], "p": 3}),
     ):
         x = np.full(shape, 3e-41, np.float32)
         x[0, 0, :2] = 1.5
