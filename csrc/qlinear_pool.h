@@ -853,9 +853,11 @@ class QLinearPlan {
       const I* sr = sums + i * out_last_;
       Q* yr = yb + i * out_last_;
       for_each_marked(mr, out_last_, [&](int64_t j) {
-        const double v = requantiser_.exact(sr[j], lead_valid * last_.valid_count(j));
-        yr[j] = to_quantized<Q>(
-            near_tie(v) ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)) : v);
+        const bool tie =
+            requantiser_.marks_are_ties || near_tie(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
+        yr[j] =
+            to_quantized<Q>(tie ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size))
+                                : requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
       });
     }
   }
