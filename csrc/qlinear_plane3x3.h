@@ -33,7 +33,8 @@ inline bool any_lane(Ints m) {
 // neighbour belongs to the next or previous row); the first row and the last row are steps of their own, without
 // the row above or below. Each value is requantised as Requantiser::span does (same float operations, same marks);
 // marked values are settled exactly in double, and those on a tie are evaluated as ORT does (ort_float_value_2d),
-// kLength windows per vector (settled). Planes of at least kStep columns (a step wraps past a row end at most once).
+// kLength windows per vector (settled), except in columns 0 and w - 1, settled down the columns (edge_columns).
+// Planes of at least kStep columns (a step wraps past a row end at most once).
 template <class Q>
 class Plane3x3Pool {
  public:
@@ -74,6 +75,8 @@ class Plane3x3Pool {
   Plane3x3Pool(const PoolGeometry& g, const QLinearParams& q)
       : q_(q),
         requantiser_(q, g.kernel_size),
+        marks_are_ties_(q.x_scale == q.y_scale),
+        ties_at_edges_(marks_are_ties_ && !q.count_include_pad),
         h_(g.axes[0].in),
         w_(g.axes[1].in),
         size_(g.in_size),
@@ -90,16 +93,34 @@ class Plane3x3Pool {
 
  private:
   // One plane: the first row, the rows with a row above and below, the last row.
+  // The steps leave the lanes of columns 0 and w - 1 as the float pass rounds them and only note whether any is
+  // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
+  // scales a sixth of the edge windows are ties, and settling the vector of each (about a third of the steps, an
+  // unpredictable branch) cost more than the rest of the plane.
   void plane(const Q* x, Q* y, bool first, bool last) {
-    region<false, true>(x, y, 0, w_, first, last);
-    if (h_ > 2) region<true, true>(x, y, w_, size_ - w_, first, last);
-    region<true, false>(x, y, size_ - w_, size_, first, last);
+    Ints edge_marks{};
+    if (ties_at_edges_) {
+      regions<true>(x, y, first, last, edge_marks);
+    } else {
+      regions<false>(x, y, first, last, edge_marks);
+    }
+    if (any_lane(edge_marks)) {
+      edge_columns(x, y, 0);
+      edge_columns(x, y, w_ - 1);
+    }
+  }
+
+  template <bool kEdgeMarksApart>
+  void regions(const Q* x, Q* y, bool first, bool last, Ints& edge_marks) {
+    region<false, true, kEdgeMarksApart>(x, y, 0, w_, first, last, edge_marks);
+    if (h_ > 2) region<true, true, kEdgeMarksApart>(x, y, w_, size_ - w_, first, last, edge_marks);
+    region<true, false, kEdgeMarksApart>(x, y, size_ - w_, size_, first, last, edge_marks);
   }
 
   // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
   // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
-  template <bool kUp, bool kDown>
-  void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last) {
+  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
@@ -115,9 +136,9 @@ class Plane3x3Pool {
         const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
         std::memset(copy, 0, static_cast<size_t>(hi - lo));
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
-        step<kUp, kDown>(copy + (i - lo), y, i, col, k);
+        step<kUp, kDown, kEdgeMarksApart>(copy + (i - lo), y, i, col, k, edge_marks);
       } else {
-        step<kUp, kDown>(x + i, y, i, col, k);
+        step<kUp, kDown, kEdgeMarksApart>(x + i, y, i, col, k, edge_marks);
       }
       if (i + kStep >= end) break;
       const int64_t next = min_of(i + kStep, end - kStep);
@@ -134,9 +155,11 @@ class Plane3x3Pool {
   };
 
   // Outputs [i, i + kStep), output i at column `col`; at: the input element i (in the plane or in a
-  // copy of the bytes around it), x: the plane.
-  template <bool kUp, bool kDown>
-  void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k) const {
+  // copy of the bytes around it). The marks of lanes in column 0 or w - 1 are added to edge_marks, not settled:
+  // taken apart from the others in every vector (kEdgeMarksApart: where edge windows are often marked, e.g. equal
+  // scales) or only once a step has marks (three operations less per vector where marks are rare).
+  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
@@ -153,9 +176,20 @@ class Plane3x3Pool {
       const Floats off = value - r;
       rounded[v] = __builtin_convertvector(r, Ints);
       marks[v] = (off > band) | (off < -band);
+      if constexpr (kEdgeMarksApart) {
+        edge_marks |= marks[v] & window.edge;
+        marks[v] &= ~window.edge;
+      }
     }
     if (__builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
       for (int v = 0; v < 4; ++v) {
+        if constexpr (!kEdgeMarksApart) {
+          Ints c = k.iota + static_cast<int32_t>(col + v * kLength);  // as window_at
+          c = c >= static_cast<int32_t>(w_) ? c - static_cast<int32_t>(w_) : c;
+          const Ints edge = (c == 0) | (c == static_cast<int32_t>(w_ - 1));
+          edge_marks |= marks[v] & edge;
+          marks[v] &= ~edge;
+        }
         if (any_lane(marks[v])) {
           rounded[v] = settled<kUp, kDown>(at + v * kLength, col + v * kLength, k, marks[v], rounded[v]);
         }
@@ -214,20 +248,24 @@ class Plane3x3Pool {
     const Doubles dband = Doubles{} + kTieBand;            // as near_tie
     const Doubles scale_full = Doubles{} + requantiser_.window_scale(rows_valid * 3);
     const Doubles scale_edge = Doubles{} + requantiser_.window_scale(rows_valid * 2);
-    const Ints difference = sum - zero_sum;
-    HalfInts exact_half[2], tie_half[2];
-    for (int h = 0; h < 2; ++h) {
-      const Longs e = __builtin_convertvector(half(edge, h), Longs);
-      const Doubles scale = Doubles((e & Longs(scale_edge)) | (~e & Longs(scale_full)));
-      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
-      v = v < dmin ? dmin : v;  // as clamp_to
-      v = v > dmax ? dmax : v;
-      const Doubles r = (v + dmagic) - dmagic;
-      const Doubles off = v - r;
-      exact_half[h] = __builtin_convertvector(r, HalfInts);
-      tie_half[h] = __builtin_convertvector((off > dband) | (off < -dband), HalfInts);
+    Ints exact = rounded, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
+    if (!marks_are_ties_) {
+      const Ints difference = sum - zero_sum;
+      HalfInts exact_half[2], tie_half[2];
+      for (int h = 0; h < 2; ++h) {
+        const Longs e = __builtin_convertvector(half(edge, h), Longs);
+        const Doubles scale = Doubles((e & Longs(scale_edge)) | (~e & Longs(scale_full)));
+        Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
+        v = v < dmin ? dmin : v;  // as clamp_to
+        v = v > dmax ? dmax : v;
+        const Doubles r = (v + dmagic) - dmagic;
+        const Doubles off = v - r;
+        exact_half[h] = __builtin_convertvector(r, HalfInts);
+        tie_half[h] = __builtin_convertvector((off > dband) | (off < -dband), HalfInts);
+      }
+      exact = joined(exact_half[0], exact_half[1]);
+      tie = joined(tie_half[0], tie_half[1]);
     }
-    const Ints exact = joined(exact_half[0], exact_half[1]), tie = joined(tie_half[0], tie_half[1]);
     // ORT's float value
     const Floats x_scale = Floats{} + q_.x_scale;
     Floats acc = {};
@@ -255,6 +293,132 @@ class Plane3x3Pool {
     return (marks & settled_value) | (~marks & rounded);
   }
 
+  // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
+  // h; lanes past h left out where the plane has fewer rows): the float pass's value as step() rounds it, and where
+  // it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's elements
+  // in row-major order: per row, its left column then its right). Every lane computed, the results selected.
+  void edge_columns(const Q* x, Q* y, int64_t c) const {
+    Ints iota;
+    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    // per lane, the two elements of one row of the window: a dword holding them read from the row (at its start,
+    // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
+    const int64_t dword_at = c == 0 ? 0 : w_ - 4;
+    const int first_shift = c == 0 ? 0 : 16;
+    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere)
+    Ints offsets[3];  // of those dwords from base (within int32: w <= 2^26)
+    for (int d = 0; d < 3; ++d)
+      offsets[d] = (iota + (d - 1)) * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);
+    const bool gather = w_ <= (int64_t{1} << 26);
+    auto pair = [&](const Q* base, int d, const Ints& valid, Ints& first, Ints& second) {
+      Ints dwords{};
+#if defined(__AVX2__)
+      static_assert(kLength == 8);
+      if (gather) {
+        dwords = Ints(_mm256_mask_i32gather_epi32(__m256i(dwords), reinterpret_cast<const int*>(base),
+                                                  __m256i(offsets[d]), __m256i(valid), 1));
+      } else
+#endif
+      {
+        for (int k = 0; k < kLength; ++k) {
+          if (valid[k]) std::memcpy(&dwords[k], base + (k + d - 1) * w_ + dword_at, sizeof(int32_t));
+        }
+      }
+      if constexpr (std::is_signed_v<Q>) {
+        first = (dwords << (24 - first_shift)) >> 24;
+        second = (dwords << (16 - first_shift)) >> 24;
+      } else {
+        first = (dwords >> first_shift) & 255;
+        second = (dwords >> (first_shift + 8)) & 255;
+      }
+    };
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
+    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
+    const Floats magic = Floats{} + kRoundMagicFloat;
+    const Floats band = Floats{} + kMarkBand;
+    // windows of 3 rows (6 elements) and of 2 (the first and last row: 4)
+    const Floats scale_full = Floats{} + static_cast<float>(requantiser_.window_scale(6));
+    const Floats scale_short = Floats{} + static_cast<float>(requantiser_.window_scale(4));
+    const Doubles dscale_full = Doubles{} + requantiser_.window_scale(6);
+    const Doubles dscale_short = Doubles{} + requantiser_.window_scale(4);
+    const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 6);
+    const Floats count_short = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 4);
+    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
+    const Doubles dmin = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
+    const Doubles dmax = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
+    const Doubles dmagic = Doubles{} + kRoundMagicDouble;
+    const Doubles dband = Doubles{} + kTieBand;
+    const Floats x_scale = Floats{} + q_.x_scale;
+    for (int64_t r0 = 0;; r0 += kLength) {
+      r0 = min_of(r0, max_of<int64_t>(0, h_ - kLength));
+      // rows in the plane from the group's first on (counted up to kLength + 1)
+      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h_ - r0, kLength + 1));
+      const Ints active = iota < left;
+      Ints valid[3], first[3], second[3];
+      Ints sum{};
+      for (int d = 0; d < 3; ++d) {
+        const Ints row = iota + (d - 1);  // relative to r0
+        valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
+        pair(x + r0 * w_, d, valid[d], first[d], second[d]);
+        sum += first[d] + second[d];
+      }
+      const Ints full = valid[0] & valid[2];
+      const Ints zero_sum = Ints{} + q_.x_zero_point * 4 + (full & (q_.x_zero_point * 2));
+      const Ints difference = sum - zero_sum;
+      // the float pass (as step)
+      const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
+      Floats value = __builtin_convertvector(difference, Floats) * scale + zero_point;
+      value = Lanes::max(value, qmin);
+      value = Lanes::min(value, qmax);
+      const Floats r = (value + magic) - magic;
+      const Floats off = value - r;
+      const Ints marked = (off > band) | (off < -band);
+      Ints out = __builtin_convertvector(r, Ints);
+      if (any_lane(marked & active)) {
+        // the exact value (as settled), half the lanes at a time in double; with equal scales every marked value
+        // is a tie (see marks_are_ties_)
+        Ints exact = out, tie = Ints{} - 1;
+        if (!marks_are_ties_) {
+          HalfInts exact_half[2], tie_half[2];
+          for (int hh = 0; hh < 2; ++hh) {
+            const Longs e = __builtin_convertvector(half(full, hh), Longs);
+            const Doubles dscale = Doubles((e & Longs(dscale_full)) | (~e & Longs(dscale_short)));
+            Doubles v = __builtin_convertvector(half(difference, hh), Doubles) * dscale + y_zero;
+            v = v < dmin ? dmin : v;
+            v = v > dmax ? dmax : v;
+            const Doubles dr = (v + dmagic) - dmagic;
+            const Doubles doff = v - dr;
+            exact_half[hh] = __builtin_convertvector(dr, HalfInts);
+            tie_half[hh] = __builtin_convertvector((doff > dband) | (doff < -dband), HalfInts);
+          }
+          exact = joined(exact_half[0], exact_half[1]);
+          tie = joined(tie_half[0], tie_half[1]);
+        }
+        // ORT's float value (as settled)
+        Floats acc = {};
+        for (int d = 0; d < 3; ++d) {
+          const Floats a = x_scale * __builtin_convertvector(first[d] - q_.x_zero_point, Floats);
+          acc = Floats((valid[d] & Ints(acc + a)) | (~valid[d] & Ints(acc)));
+          const Floats b = x_scale * __builtin_convertvector(second[d] - q_.x_zero_point, Floats);
+          acc = Floats((valid[d] & Ints(acc + b)) | (~valid[d] & Ints(acc)));
+        }
+        const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
+        Floats ort_value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
+        ort_value = Lanes::max(ort_value, qmin);
+        ort_value = Lanes::min(ort_value, qmax);
+        const Ints ort = __builtin_convertvector((ort_value + magic) - magic, Ints);
+        out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
+      }
+      Q* yc = y + r0 * w_ + c;
+      if (r0 + kLength <= h_) {
+        for (int k = 0; k < kLength; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+      } else {
+        for (int k = 0; k < h_ - r0; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+      }
+      if (r0 + kLength >= h_) break;
+    }
+  }
+
   // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
   static HalfInts half(const Ints& a, int h) {
     HalfInts out;
@@ -270,6 +434,10 @@ class Plane3x3Pool {
 
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
+  // x_scale == y_scale: the exact value is y_zero_point + (sum - zero_sum) / count, a multiple of 1 / count (at
+  // most 9), so the float pass marks exactly the values on a tie (x.5) and those need no exact value in double
+  const bool marks_are_ties_;
+  const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
   const int64_t h_, w_, size_;
   std::vector<Q> edge_copy_;  // a step's bytes at the call's first or last plane, zero outside the planes
 };

@@ -295,13 +295,18 @@ struct Requantiser {
   int32_t x_zero_point;
   int64_t kernel_size;
   bool count_include_pad;
+  // With int16 sums and x_scale == y_scale (ratio exactly 1) the exact value is y_zero_point + an integer / count
+  // (count <= kShortSumKernel): a value not on a tie lies at least 1 / (2 count) >= 0.004 from one, far outside
+  // the float pass's band, so the float pass marks exactly the values on a tie.
+  bool marks_are_ties;
 
   Requantiser(const QLinearParams& q, int64_t kernel)
       : y_zero(static_cast<double>(q.y_zero_point)),
         ratio(static_cast<double>(q.x_scale) / static_cast<double>(q.y_scale)),
         x_zero_point(q.x_zero_point),
         kernel_size(kernel),
-        count_include_pad(q.count_include_pad) {
+        count_include_pad(q.count_include_pad),
+        marks_are_ties(kFloat && ratio == 1.0) {
     if constexpr (kFloat) {
       for (int64_t count = 1; count <= kernel_size; ++count) count_scale[count] = ratio / static_cast<double>(count);
     }
@@ -334,6 +339,10 @@ struct Requantiser {
   // scales): across all channels, the mixed int16/double/byte loop stayed scalar and branchy on SSE2.
   void settle_position(const I* sums, int64_t channels, int64_t valid, const float* ort, const uint8_t* mark,
                        Q* y) const {
+    if (marks_are_ties) {  // ORT's value for every mark: a select across the channels, no branch per mark
+      for (int64_t c = 0; c < channels; ++c) y[c] = mark[c] ? static_cast<Q>(static_cast<int32_t>(ort[c])) : y[c];
+      return;
+    }
     const int64_t zero = x_zero_point * valid;
     const double scale = window_scale(valid);
     for_each_marked(mark, channels, [&](int64_t c) {
@@ -844,9 +853,11 @@ class QLinearPlan {
       const I* sr = sums + i * out_last_;
       Q* yr = yb + i * out_last_;
       for_each_marked(mr, out_last_, [&](int64_t j) {
-        const double v = requantiser_.exact(sr[j], lead_valid * last_.valid_count(j));
-        yr[j] = to_quantized<Q>(
-            near_tie(v) ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)) : v);
+        const bool tie =
+            requantiser_.marks_are_ties || near_tie(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
+        yr[j] =
+            to_quantized<Q>(tie ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size))
+                                : requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
       });
     }
   }

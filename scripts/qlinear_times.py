@@ -1,7 +1,9 @@
 """Times QLinearAveragePool 3x3 pad1 (u8/s8, NCHW 8x64x56x56 / NHWC 8x56x56x64, distinct / equal scales and zero
 points, count_include_pad 0/1): min of 80 runs per config, library as loaded (ONNX_POOLS_ISA / ONNX_POOLS_LIBRARY
 choose it), THREADS=n intra-op threads (default 1), TORCH=1 adds torch quantized avg_pool2d on channels_last (NHWC).
-Usage: PYTHONPATH=. python scripts/qlinear_times.py [NCHW] [NHWC]. Alternate builds in one session to compare."""
+Usage: PYTHONPATH=. python scripts/qlinear_times.py [NCHW] [NHWC]. Alternate builds in one session to compare, or
+LIBS=a.so:b.so: each build's session in one process, runs interleaved (ROUNDS=n pairs, default 150), the min and
+median of each and the median ratio of each pair (a/b), so load from other processes hits both alike."""
 
 import os
 import sys
@@ -56,7 +58,23 @@ def cpu(f, n):
     return best * 1e3
 
 
+def interleaved(fs, rounds):
+    """min and median ms of each f, run in turn, and the median of the per-round ratios first / each"""
+    for f in fs:
+        f()
+    times = np.zeros((rounds, len(fs)))
+    for r in range(rounds):
+        for k, f in enumerate(fs):
+            t = time.perf_counter()
+            f()
+            times[r, k] = time.perf_counter() - t
+    times *= 1e3
+    ratios = np.median(times[:, :1] / times, axis=0)
+    return times.min(axis=0), np.median(times, axis=0), ratios
+
+
 sel = sys.argv[1:] or ["NCHW", "NHWC"]
+libs = [p for p in os.environ.get("LIBS", "").split(":") if p]
 torch_on = os.environ.get("TORCH") == "1"
 if torch_on:
     import torch
@@ -73,6 +91,27 @@ for layout in sel:
                     if qt == "u8"
                     else rng.integers(-128, 128, shape).astype(np.int8)
                 )
+                name = f"{layout} {qt} {'equal' if equal else 'distinct'} cip{cip}"
+                if libs:
+                    runs = []
+                    for path in libs:
+                        os.environ["ONNX_POOLS_LIBRARY"] = path
+                        so = onnx_pools.session_options(ops="all")
+                        so.intra_op_num_threads = int(os.environ.get("THREADS", "1"))
+                        s = ort.InferenceSession(
+                            model(layout, qt, equal, cip, shape), so, providers=["CPUExecutionProvider"]
+                        )
+                        runs.append(lambda s=s: s.run(None, {"x": x}))
+                    lo, med, ratio = interleaved(runs, int(os.environ.get("ROUNDS", "150")))
+                    cells = [f"{a:.2f}/{b:.2f}" for a, b in zip(lo, med)]
+                    print(
+                        f"{name}: min/median ms "
+                        + "  ".join(cells)
+                        + "  ratio "
+                        + " ".join(f"{v:.2f}" for v in ratio[1:]),
+                        flush=True,
+                    )
+                    continue
                 so = onnx_pools.session_options(ops="all")
                 so.intra_op_num_threads = int(os.environ.get("THREADS", "1"))
                 s = ort.InferenceSession(model(layout, qt, equal, cip, shape), so, providers=["CPUExecutionProvider"])
@@ -80,7 +119,7 @@ for layout in sel:
                 def f():
                     return s.run(None, {"x": x})
 
-                line = f"{layout} {qt} {'equal' if equal else 'distinct'} cip{cip}: lib {cpu(f, 40):.2f} ms"
+                line = f"{name}: lib {cpu(f, 40):.2f} ms"
                 if torch_on and layout == "NHWC":
                     t = torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float32)).contiguous(
                         memory_format=torch.channels_last
