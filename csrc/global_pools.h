@@ -5,18 +5,9 @@
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
-// Partial sums folded pairwise in a fixed order (cheap, and as accurate as a sequential fold), then widened.
-template <class A>
-double fold_lanes(A* lanes) {
-  for (int width = kLanes<A> / 2; width >= 1; width /= 2) {
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return static_cast<double>(lanes[0]);
-}
-
-// fold_lanes of the lanes in K native vectors, in registers: the same additions in the same order (lane l and lane
-// l + width are in vectors k and k + width / kLength while width spans vectors), without the round trip through
-// memory and the loop over widths, which cost as much as the sums of a short block.
+// A channel's partial sums (the lanes of K native vectors) folded pairwise in a fixed order, in registers: cheap, as
+// accurate as a sequential fold, and the same additions in the same order on every vector width (lane l and lane
+// l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
 template <class A, int K>
 double fold_vectors(typename Simd<A>::Value* acc) {
   using S = Simd<A>;
@@ -73,14 +64,13 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
     }
   }
   for (int g = 0; g < G; ++g) {
-    if (i == n) {  // no tail (whole blocks)
-      sums[g] = fold_vectors<A, K>(acc[g]);
-      continue;
+    if (i < n) {  // the tail, spread over the lanes from lane 0
+      A lanes[L];
+      for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
+      for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
+      for (int k = 0; k < K; ++k) acc[g][k] = S::load(lanes + k * S::kLength);
     }
-    A lanes[L];
-    for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
-    for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));  // the tail, spread
-    sums[g] = fold_lanes(lanes);
+    sums[g] = fold_vectors<A, K>(acc[g]);
   }
 }
 
