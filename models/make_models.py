@@ -146,6 +146,28 @@ EXPECTED_OP = {
 }
 
 
+def legacy_export(model, x, opset: int, doc: str, dynamic_batch: bool = False) -> onnx.ModelProto:
+    """model(x) exported by torch's legacy (TorchScript) exporter, input X and output Y, constants folded."""
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            f,
+            dynamo=False,
+            opset_version=opset,
+            input_names=["X"],
+            output_names=["Y"],
+            dynamic_axes={"X": {0: "N"}, "Y": {0: "N"}} if dynamic_batch else None,
+            do_constant_folding=True,
+        )
+    m = onnx.load_from_string(f.getvalue())
+    m.producer_name = "pytorch"
+    m.doc_string = doc
+    return m
+
+
 def export_torch(family: str, tname: str) -> onnx.ModelProto:
     factory, dims, shape = FAMILIES[family]
     dtype, _ = DTYPES[tname]
@@ -155,23 +177,8 @@ def export_torch(family: str, tname: str) -> onnx.ModelProto:
     model.conv.to(conv_dtype)
     model.eval()
     x = torch.randn(*shape).to(dtype)
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (x,),
-            f,
-            dynamo=False,
-            opset_version=OPSET_BF16 if tname == "bf16" else OPSET,
-            input_names=["X"],
-            output_names=["Y"],
-            do_constant_folding=True,
-        )
-    m = onnx.load_from_string(f.getvalue())
-    m.producer_name = "pytorch"
-    m.doc_string = f"onnx-pools demo model {family}_{tname}: made by models/make_models.py"
-    return m
+    opset = OPSET_BF16 if tname == "bf16" else OPSET
+    return legacy_export(model, x, opset, f"onnx-pools demo model {family}_{tname}: made by models/make_models.py")
 
 
 def make_globallppool22(p: int = 3) -> onnx.ModelProto:
@@ -329,24 +336,8 @@ def export_whole(name: str) -> onnx.ModelProto:
     torch.manual_seed(SEED)
     model = cls().eval()
     x = torch.randn(1, *chw)
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (x,),
-            f,
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=["X"],
-            output_names=["Y"],
-            dynamic_axes={"X": {0: "N"}, "Y": {0: "N"}},
-            do_constant_folding=True,
-        )
-    m = onnx.load_from_string(f.getvalue())
-    m.producer_name = "pytorch"
-    m.doc_string = f"onnx-pools whole-model benchmark {name}: made by models/make_models.py"
-    return m
+    doc = f"onnx-pools whole-model benchmark {name}: made by models/make_models.py"
+    return legacy_export(model, x, OPSET, doc, dynamic_batch=True)
 
 
 def check_whole(m: onnx.ModelProto, name: str) -> None:
