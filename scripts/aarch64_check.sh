@@ -35,6 +35,7 @@ esac
 start=$SECONDS
 say() { echo "aarch64 check: $*"; }
 fail() { echo "aarch64 check: FAILED: $*" >&2; exit 1; }
+source scripts/so_linkage.sh  # check_so_linkage
 N="nice -n 19"  # the machine is shared: every build, install and emulated run at the lowest priority
 mkdir -p "$A"
 # nothing may point the checks back at the checkout or the host's packages
@@ -195,13 +196,7 @@ above=$(readelf --dyn-syms -W "$so" | awk -v floor="$floor" '$7 == "UND" && matc
 rm -rf "$A/unpacked" && mkdir -p "$A/unpacked"
 (cd "$A/unpacked" && "$A/tools/bin/python" -m zipfile -e "$whl" .)
 so="$A/unpacked/onnx_pools/libonnx_pools.so"
-needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-say "NEEDED: $needed"
-for lib in $needed; do
-  [[ $lib =~ ^(libc|libm|libpthread|libdl|librt|libgcc_s)\.so\.[0-9]+$|^ld-linux[-a-z0-9_.]*\.so\.[0-9]+$ ]] \
-    || fail "libonnx_pools.so needs $lib (only glibc-level system libraries allowed)"
-done
-if readelf -d "$so" | grep -qE '\((RPATH|RUNPATH)\)'; then fail "libonnx_pools.so has an RPATH/RUNPATH"; fi
+check_so_linkage "$so"
 rm -rf "$A/unpacked" "$pkg"
 # installed by pip, as a user would (for the aarch64 target: --platform)
 $N "${pip[@]}" install -q --no-deps --target "$pkg" "${plats[@]}" "$whl" 2>&1 | grep -v "Running pip as the 'root'" || true

@@ -25,6 +25,7 @@ cleanup() { if [ "${KEEP:-0}" = 1 ]; then echo "wheel check: kept $work"; else r
 trap cleanup EXIT
 say() { echo "wheel check: $*"; }
 fail() { echo "wheel check: FAILED: $*" >&2; exit 1; }
+source scripts/so_linkage.sh  # check_so_linkage
 problems=()  # failures that do not stop the remaining checks
 # nothing may point the checks back at the checkout
 unset PYTHONPATH ONNX_POOLS_LIBRARY ONNX_POOLS_WHEEL_CHECK ONNX_POOLS_ORT_MATRIX VIRTUAL_ENV
@@ -97,14 +98,7 @@ EOF
 mkdir -p "$work/unpacked"
 "$PYTHON" -m zipfile -e "$wheel" "$work/unpacked"
 so="$work/unpacked/onnx_pools/libonnx_pools.so"
-command -v readelf >/dev/null || fail "readelf (binutils) is needed"
-needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-say "NEEDED: $needed"
-for lib in $needed; do
-  [[ $lib =~ ^(libc|libm|libpthread|libdl|librt|libgcc_s)\.so\.[0-9]+$|^ld-linux[-a-z0-9_.]*\.so\.[0-9]+$ ]] \
-    || fail "libonnx_pools.so needs $lib (only glibc-level system libraries allowed)"
-done
-if readelf -d "$so" | grep -qE '\((RPATH|RUNPATH)\)'; then fail "libonnx_pools.so has an RPATH/RUNPATH"; fi
+check_so_linkage "$so"
 if command -v ldd >/dev/null && ldd "$so" | grep -q "not found"; then fail "unresolved libraries: $(ldd "$so")"; fi
 
 # ------------------------------------------------------------------------------------------------ 3. run-time deps only
