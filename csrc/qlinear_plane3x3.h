@@ -97,29 +97,40 @@ class Plane3x3Pool {
   // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
   // scales a sixth of the edge windows are ties, and settling the vector of each (about a third of the steps, an
   // unpredictable branch) cost more than the rest of the plane.
+  // With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
+  // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6), so
+  // the steps of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
     if (ties_at_edges_) {
-      regions<true>(x, y, first, last, edge_marks);
-    } else {
-      regions<false>(x, y, first, last, edge_marks);
+      regions<true, false>(x, y, first, last, edge_marks);
+      edge_columns(x, y, 0);
+      edge_columns(x, y, w_ - 1);
+      return;
     }
+    if (marks_are_ties_) {  // and count_include_pad: no ties anywhere
+      regions<false, false>(x, y, first, last, edge_marks);
+      return;
+    }
+    regions<false, true>(x, y, first, last, edge_marks);
     if (any_lane(edge_marks)) {
       edge_columns(x, y, 0);
       edge_columns(x, y, w_ - 1);
     }
   }
 
-  template <bool kEdgeMarksApart>
+  // kEdgeMarksApart: see step. kMiddleMarks: whether the rows with a row above and below are marked at all.
+  template <bool kEdgeMarksApart, bool kMiddleMarks>
   void regions(const Q* x, Q* y, bool first, bool last, Ints& edge_marks) {
-    region<false, true, kEdgeMarksApart>(x, y, 0, w_, first, last, edge_marks);
-    if (h_ > 2) region<true, true, kEdgeMarksApart>(x, y, w_, size_ - w_, first, last, edge_marks);
-    region<true, false, kEdgeMarksApart>(x, y, size_ - w_, size_, first, last, edge_marks);
+    constexpr bool kOuterMarks = kEdgeMarksApart || kMiddleMarks;
+    region<false, true, kEdgeMarksApart, kOuterMarks>(x, y, 0, w_, first, last, edge_marks);
+    if (h_ > 2) region<true, true, kEdgeMarksApart, kMiddleMarks>(x, y, w_, size_ - w_, first, last, edge_marks);
+    region<true, false, kEdgeMarksApart, kOuterMarks>(x, y, size_ - w_, size_, first, last, edge_marks);
   }
 
   // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
   // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
-  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
   void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
@@ -136,9 +147,9 @@ class Plane3x3Pool {
         const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
         std::memset(copy, 0, static_cast<size_t>(hi - lo));
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
-        step<kUp, kDown, kEdgeMarksApart>(copy + (i - lo), y, i, col, k, edge_marks);
+        step<kUp, kDown, kEdgeMarksApart, kMarks>(copy + (i - lo), y, i, col, k, edge_marks);
       } else {
-        step<kUp, kDown, kEdgeMarksApart>(x + i, y, i, col, k, edge_marks);
+        step<kUp, kDown, kEdgeMarksApart, kMarks>(x + i, y, i, col, k, edge_marks);
       }
       if (i + kStep >= end) break;
       const int64_t next = min_of(i + kStep, end - kStep);
@@ -158,14 +169,15 @@ class Plane3x3Pool {
   // copy of the bytes around it). The marks of lanes in column 0 or w - 1 are added to edge_marks, not settled:
   // taken apart from the others in every vector (kEdgeMarksApart: where edge windows are often marked, e.g. equal
   // scales) or only once a step has marks (three operations less per vector where marks are rare).
-  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  // Without kMarks, the values are only rounded (no value of these windows can be marked, see plane()).
+  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
   void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
     const Floats magic = Floats{} + kRoundMagicFloat;  // as Requantiser::element
     const Floats band = Floats{} + kMarkBand;
-    Ints rounded[4], marks[4];
+    Ints rounded[4], marks[4] = {};
     for (int v = 0; v < 4; ++v) {
       const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
       const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
@@ -173,15 +185,16 @@ class Plane3x3Pool {
       value = Lanes::max(value, qmin);  // never NaN: as Requantiser::span
       value = Lanes::min(value, qmax);
       const Floats r = (value + magic) - magic;
-      const Floats off = value - r;
       rounded[v] = __builtin_convertvector(r, Ints);
+      if constexpr (!kMarks) continue;
+      const Floats off = value - r;
       marks[v] = (off > band) | (off < -band);
       if constexpr (kEdgeMarksApart) {
         edge_marks |= marks[v] & window.edge;
         marks[v] &= ~window.edge;
       }
     }
-    if (__builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
+    if (kMarks && __builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
       for (int v = 0; v < 4; ++v) {
         if constexpr (!kEdgeMarksApart) {
           Ints c = k.iota + static_cast<int32_t>(col + v * kLength);  // as window_at
