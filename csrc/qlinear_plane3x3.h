@@ -317,25 +317,37 @@ class Plane3x3Pool {
     // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
     const int64_t dword_at = c == 0 ? 0 : w_ - 4;
     const int first_shift = c == 0 ? 0 : 16;
-    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere)
-    Ints offsets[3];  // of those dwords from base (within int32: w <= 2^26)
-    for (int d = 0; d < 3; ++d)
-      offsets[d] = (iota + (d - 1)) * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);
-    const bool gather = w_ <= (int64_t{1} << 26);
-    auto pair = [&](const Q* base, int d, const Ints& valid, Ints& first, Ints& second) {
-      Ints dwords{};
+    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere). One
+    // gather of the group's rows (d = 1); the rows above and below are that vector moved a lane, with the row
+    // before the group or after it put in the free lane: a gather costs about as much as the rest of the group.
+    const Ints offsets = iota * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);  // within int32:
+    const bool gather = w_ <= (int64_t{1} << 26);                                           // w <= 2^26
+    const int64_t w = w_;  // a local: the byte stores below may alias any member
+    auto dwords_of = [&](const Q* base, const Ints(&valid)[3], Ints(&dwords)[3]) {
+      for (int d = 0; d < 3; ++d) dwords[d] = Ints{};
 #if defined(__AVX2__)
       static_assert(kLength == 8);
       if (gather) {
-        dwords = Ints(_mm256_mask_i32gather_epi32(__m256i(dwords), reinterpret_cast<const int*>(base),
-                                                  __m256i(offsets[d]), __m256i(valid), 1));
-      } else
+        const __m256i mid = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base),
+                                                        __m256i(offsets), __m256i(valid[1]), 1);
+        int32_t before = 0, after = 0;
+        if (valid[0][0]) std::memcpy(&before, base - w + dword_at, sizeof before);
+        if (valid[2][kLength - 1]) std::memcpy(&after, base + kLength * w + dword_at, sizeof after);
+        const __m256i up = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6));
+        const __m256i down = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
+        dwords[0] = Ints(_mm256_blend_epi32(up, _mm256_set1_epi32(before), 0x01)) & valid[0];
+        dwords[1] = Ints(mid);
+        dwords[2] = Ints(_mm256_blend_epi32(down, _mm256_set1_epi32(after), 0x80)) & valid[2];
+        return;
+      }
 #endif
-      {
+      for (int d = 0; d < 3; ++d) {
         for (int k = 0; k < kLength; ++k) {
-          if (valid[k]) std::memcpy(&dwords[k], base + (k + d - 1) * w_ + dword_at, sizeof(int32_t));
+          if (valid[d][k]) std::memcpy(&dwords[d][k], base + (k + d - 1) * w + dword_at, sizeof(int32_t));
         }
       }
+    };
+    auto pair = [&](const Ints& dwords, Ints& first, Ints& second) {
       if constexpr (std::is_signed_v<Q>) {
         first = (dwords << (24 - first_shift)) >> 24;
         second = (dwords << (16 - first_shift)) >> 24;
@@ -362,21 +374,28 @@ class Plane3x3Pool {
     const Doubles dmagic = Doubles{} + kRoundMagicDouble;
     const Doubles dband = Doubles{} + kTieBand;
     const Floats x_scale = Floats{} + q_.x_scale;
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    const int32_t x_zero_point = q_.x_zero_point;
+    const int64_t h = h_;
     for (int64_t r0 = 0;; r0 += kLength) {
-      r0 = min_of(r0, max_of<int64_t>(0, h_ - kLength));
+      r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
       // rows in the plane from the group's first on (counted up to kLength + 1)
-      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h_ - r0, kLength + 1));
+      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h - r0, kLength + 1));
       const Ints active = iota < left;
-      Ints valid[3], first[3], second[3];
+      Ints valid[3], first[3], second[3], dwords[3];
       Ints sum{};
       for (int d = 0; d < 3; ++d) {
         const Ints row = iota + (d - 1);  // relative to r0
         valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
-        pair(x + r0 * w_, d, valid[d], first[d], second[d]);
+      }
+      dwords_of(x + r0 * w, valid, dwords);
+      for (int d = 0; d < 3; ++d) {
+        pair(dwords[d], first[d], second[d]);
         sum += first[d] + second[d];
       }
       const Ints full = valid[0] & valid[2];
-      const Ints zero_sum = Ints{} + q_.x_zero_point * 4 + (full & (q_.x_zero_point * 2));
+      const Ints zero_sum = Ints{} + x_zero_point * 4 + (full & (x_zero_point * 2));
       const Ints difference = sum - zero_sum;
       // the float pass (as step)
       const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
@@ -410,25 +429,25 @@ class Plane3x3Pool {
         // ORT's float value (as settled)
         Floats acc = {};
         for (int d = 0; d < 3; ++d) {
-          const Floats a = x_scale * __builtin_convertvector(first[d] - q_.x_zero_point, Floats);
+          const Floats a = x_scale * __builtin_convertvector(first[d] - x_zero_point, Floats);
           acc = Floats((valid[d] & Ints(acc + a)) | (~valid[d] & Ints(acc)));
-          const Floats b = x_scale * __builtin_convertvector(second[d] - q_.x_zero_point, Floats);
+          const Floats b = x_scale * __builtin_convertvector(second[d] - x_zero_point, Floats);
           acc = Floats((valid[d] & Ints(acc + b)) | (~valid[d] & Ints(acc)));
         }
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
-        Floats ort_value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
+        Floats ort_value = acc / count / y_scale + y_zero_point;
         ort_value = Lanes::max(ort_value, qmin);
         ort_value = Lanes::min(ort_value, qmax);
         const Ints ort = __builtin_convertvector((ort_value + magic) - magic, Ints);
         out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
       }
-      Q* yc = y + r0 * w_ + c;
-      if (r0 + kLength <= h_) {
-        for (int k = 0; k < kLength; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+      Q* yc = y + r0 * w + c;
+      if (r0 + kLength <= h) {
+        for (int k = 0; k < kLength; ++k) yc[k * w] = static_cast<Q>(out[k]);
       } else {
-        for (int k = 0; k < h_ - r0; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+        for (int k = 0; k < h - r0; ++k) yc[k * w] = static_cast<Q>(out[k]);
       }
-      if (r0 + kLength >= h_) break;
+      if (r0 + kLength >= h) break;
     }
   }
 
