@@ -97,29 +97,40 @@ class Plane3x3Pool {
   // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
   // scales a sixth of the edge windows are ties, and settling the vector of each (about a third of the steps, an
   // unpredictable branch) cost more than the rest of the plane.
+  // With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
+  // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6), so
+  // the steps of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
     if (ties_at_edges_) {
-      regions<true>(x, y, first, last, edge_marks);
-    } else {
-      regions<false>(x, y, first, last, edge_marks);
+      regions<true, false>(x, y, first, last, edge_marks);
+      edge_columns(x, y, 0);
+      edge_columns(x, y, w_ - 1);
+      return;
     }
+    if (marks_are_ties_) {  // and count_include_pad: no ties anywhere
+      regions<false, false>(x, y, first, last, edge_marks);
+      return;
+    }
+    regions<false, true>(x, y, first, last, edge_marks);
     if (any_lane(edge_marks)) {
       edge_columns(x, y, 0);
       edge_columns(x, y, w_ - 1);
     }
   }
 
-  template <bool kEdgeMarksApart>
+  // kEdgeMarksApart: see step. kMiddleMarks: whether the rows with a row above and below are marked at all.
+  template <bool kEdgeMarksApart, bool kMiddleMarks>
   void regions(const Q* x, Q* y, bool first, bool last, Ints& edge_marks) {
-    region<false, true, kEdgeMarksApart>(x, y, 0, w_, first, last, edge_marks);
-    if (h_ > 2) region<true, true, kEdgeMarksApart>(x, y, w_, size_ - w_, first, last, edge_marks);
-    region<true, false, kEdgeMarksApart>(x, y, size_ - w_, size_, first, last, edge_marks);
+    constexpr bool kOuterMarks = kEdgeMarksApart || kMiddleMarks;
+    region<false, true, kEdgeMarksApart, kOuterMarks>(x, y, 0, w_, first, last, edge_marks);
+    if (h_ > 2) region<true, true, kEdgeMarksApart, kMiddleMarks>(x, y, w_, size_ - w_, first, last, edge_marks);
+    region<true, false, kEdgeMarksApart, kOuterMarks>(x, y, size_ - w_, size_, first, last, edge_marks);
   }
 
   // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
   // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
-  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
   void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
@@ -136,9 +147,9 @@ class Plane3x3Pool {
         const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
         std::memset(copy, 0, static_cast<size_t>(hi - lo));
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
-        step<kUp, kDown, kEdgeMarksApart>(copy + (i - lo), y, i, col, k, edge_marks);
+        step<kUp, kDown, kEdgeMarksApart, kMarks>(copy + (i - lo), y, i, col, k, edge_marks);
       } else {
-        step<kUp, kDown, kEdgeMarksApart>(x + i, y, i, col, k, edge_marks);
+        step<kUp, kDown, kEdgeMarksApart, kMarks>(x + i, y, i, col, k, edge_marks);
       }
       if (i + kStep >= end) break;
       const int64_t next = min_of(i + kStep, end - kStep);
@@ -158,14 +169,15 @@ class Plane3x3Pool {
   // copy of the bytes around it). The marks of lanes in column 0 or w - 1 are added to edge_marks, not settled:
   // taken apart from the others in every vector (kEdgeMarksApart: where edge windows are often marked, e.g. equal
   // scales) or only once a step has marks (three operations less per vector where marks are rare).
-  template <bool kUp, bool kDown, bool kEdgeMarksApart>
+  // Without kMarks, the values are only rounded (no value of these windows can be marked, see plane()).
+  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
   void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
     const Floats magic = Floats{} + kRoundMagicFloat;  // as Requantiser::element
     const Floats band = Floats{} + kMarkBand;
-    Ints rounded[4], marks[4];
+    Ints rounded[4], marks[4] = {};
     for (int v = 0; v < 4; ++v) {
       const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
       const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
@@ -173,15 +185,16 @@ class Plane3x3Pool {
       value = Lanes::max(value, qmin);  // never NaN: as Requantiser::span
       value = Lanes::min(value, qmax);
       const Floats r = (value + magic) - magic;
-      const Floats off = value - r;
       rounded[v] = __builtin_convertvector(r, Ints);
+      if constexpr (!kMarks) continue;
+      const Floats off = value - r;
       marks[v] = (off > band) | (off < -band);
       if constexpr (kEdgeMarksApart) {
         edge_marks |= marks[v] & window.edge;
         marks[v] &= ~window.edge;
       }
     }
-    if (__builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
+    if (kMarks && __builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
       for (int v = 0; v < 4; ++v) {
         if constexpr (!kEdgeMarksApart) {
           Ints c = k.iota + static_cast<int32_t>(col + v * kLength);  // as window_at
@@ -304,25 +317,37 @@ class Plane3x3Pool {
     // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
     const int64_t dword_at = c == 0 ? 0 : w_ - 4;
     const int first_shift = c == 0 ? 0 : 16;
-    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere)
-    Ints offsets[3];  // of those dwords from base (within int32: w <= 2^26)
-    for (int d = 0; d < 3; ++d)
-      offsets[d] = (iota + (d - 1)) * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);
-    const bool gather = w_ <= (int64_t{1} << 26);
-    auto pair = [&](const Q* base, int d, const Ints& valid, Ints& first, Ints& second) {
-      Ints dwords{};
+    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere). One
+    // gather of the group's rows (d = 1); the rows above and below are that vector moved a lane, with the row
+    // before the group or after it put in the free lane: a gather costs about as much as the rest of the group.
+    const Ints offsets = iota * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);  // within int32:
+    const bool gather = w_ <= (int64_t{1} << 26);                                           // w <= 2^26
+    const int64_t w = w_;  // a local: the byte stores below may alias any member
+    auto dwords_of = [&](const Q* base, const Ints(&valid)[3], Ints(&dwords)[3]) {
+      for (int d = 0; d < 3; ++d) dwords[d] = Ints{};
 #if defined(__AVX2__)
       static_assert(kLength == 8);
       if (gather) {
-        dwords = Ints(_mm256_mask_i32gather_epi32(__m256i(dwords), reinterpret_cast<const int*>(base),
-                                                  __m256i(offsets[d]), __m256i(valid), 1));
-      } else
+        const __m256i mid = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base),
+                                                        __m256i(offsets), __m256i(valid[1]), 1);
+        int32_t before = 0, after = 0;
+        if (valid[0][0]) std::memcpy(&before, base - w + dword_at, sizeof before);
+        if (valid[2][kLength - 1]) std::memcpy(&after, base + kLength * w + dword_at, sizeof after);
+        const __m256i up = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6));
+        const __m256i down = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
+        dwords[0] = Ints(_mm256_blend_epi32(up, _mm256_set1_epi32(before), 0x01)) & valid[0];
+        dwords[1] = Ints(mid);
+        dwords[2] = Ints(_mm256_blend_epi32(down, _mm256_set1_epi32(after), 0x80)) & valid[2];
+        return;
+      }
 #endif
-      {
+      for (int d = 0; d < 3; ++d) {
         for (int k = 0; k < kLength; ++k) {
-          if (valid[k]) std::memcpy(&dwords[k], base + (k + d - 1) * w_ + dword_at, sizeof(int32_t));
+          if (valid[d][k]) std::memcpy(&dwords[d][k], base + (k + d - 1) * w + dword_at, sizeof(int32_t));
         }
       }
+    };
+    auto pair = [&](const Ints& dwords, Ints& first, Ints& second) {
       if constexpr (std::is_signed_v<Q>) {
         first = (dwords << (24 - first_shift)) >> 24;
         second = (dwords << (16 - first_shift)) >> 24;
@@ -349,21 +374,28 @@ class Plane3x3Pool {
     const Doubles dmagic = Doubles{} + kRoundMagicDouble;
     const Doubles dband = Doubles{} + kTieBand;
     const Floats x_scale = Floats{} + q_.x_scale;
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    const int32_t x_zero_point = q_.x_zero_point;
+    const int64_t h = h_;
     for (int64_t r0 = 0;; r0 += kLength) {
-      r0 = min_of(r0, max_of<int64_t>(0, h_ - kLength));
+      r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
       // rows in the plane from the group's first on (counted up to kLength + 1)
-      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h_ - r0, kLength + 1));
+      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h - r0, kLength + 1));
       const Ints active = iota < left;
-      Ints valid[3], first[3], second[3];
+      Ints valid[3], first[3], second[3], dwords[3];
       Ints sum{};
       for (int d = 0; d < 3; ++d) {
         const Ints row = iota + (d - 1);  // relative to r0
         valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
-        pair(x + r0 * w_, d, valid[d], first[d], second[d]);
+      }
+      dwords_of(x + r0 * w, valid, dwords);
+      for (int d = 0; d < 3; ++d) {
+        pair(dwords[d], first[d], second[d]);
         sum += first[d] + second[d];
       }
       const Ints full = valid[0] & valid[2];
-      const Ints zero_sum = Ints{} + q_.x_zero_point * 4 + (full & (q_.x_zero_point * 2));
+      const Ints zero_sum = Ints{} + x_zero_point * 4 + (full & (x_zero_point * 2));
       const Ints difference = sum - zero_sum;
       // the float pass (as step)
       const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
@@ -397,25 +429,25 @@ class Plane3x3Pool {
         // ORT's float value (as settled)
         Floats acc = {};
         for (int d = 0; d < 3; ++d) {
-          const Floats a = x_scale * __builtin_convertvector(first[d] - q_.x_zero_point, Floats);
+          const Floats a = x_scale * __builtin_convertvector(first[d] - x_zero_point, Floats);
           acc = Floats((valid[d] & Ints(acc + a)) | (~valid[d] & Ints(acc)));
-          const Floats b = x_scale * __builtin_convertvector(second[d] - q_.x_zero_point, Floats);
+          const Floats b = x_scale * __builtin_convertvector(second[d] - x_zero_point, Floats);
           acc = Floats((valid[d] & Ints(acc + b)) | (~valid[d] & Ints(acc)));
         }
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
-        Floats ort_value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
+        Floats ort_value = acc / count / y_scale + y_zero_point;
         ort_value = Lanes::max(ort_value, qmin);
         ort_value = Lanes::min(ort_value, qmax);
         const Ints ort = __builtin_convertvector((ort_value + magic) - magic, Ints);
         out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
       }
-      Q* yc = y + r0 * w_ + c;
-      if (r0 + kLength <= h_) {
-        for (int k = 0; k < kLength; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+      Q* yc = y + r0 * w + c;
+      if (r0 + kLength <= h) {
+        for (int k = 0; k < kLength; ++k) yc[k * w] = static_cast<Q>(out[k]);
       } else {
-        for (int k = 0; k < h_ - r0; ++k) yc[k * w_] = static_cast<Q>(out[k]);
+        for (int k = 0; k < h - r0; ++k) yc[k * w] = static_cast<Q>(out[k]);
       }
-      if (r0 + kLength >= h_) break;
+      if (r0 + kLength >= h) break;
     }
   }
 

@@ -378,14 +378,24 @@ struct Requantiser {
   bool run(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
            uint8_t* mark) const {
     if constexpr (kFloat) {
-      if (channels == 1) return span<true>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+      if (channels == 1) {
+        if (marks_are_ties && count_include_pad && kernel_size % 2 == 1) {  // one odd count: no ties at all
+          span<true, false>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+          return false;
+        }
+        return span<true>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+      }
       // positions sharing zero_sum and scale (a row's interior windows) as one stretch
       bool any = false;
       for (int64_t i = 0; i < n;) {
         int64_t j = i + 1;
         while (j < n && zero_sum[j] == zero_sum[i] && scale[j] == scale[i]) ++j;
-        any |= span<false>(sums + i * channels, nullptr, nullptr, zero_sum[i], scale[i], (j - i) * channels,
-                           y + i * channels, mark + i * channels);
+        const int64_t at = i * channels, length = (j - i) * channels;
+        if (tie_free(scale[i])) {
+          span<false, false>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
+        } else {
+          any |= span<false>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
+        }
         i = j;
       }
       return any;
@@ -393,11 +403,21 @@ struct Requantiser {
     return run_chunks(sums, zero_sum, scale, n, channels, y, mark);
   }
 
+  // Whether no window with this scale (window_scale) can hold a value on a tie, so that the float pass marks none
+  // (see marks_are_ties): with equal scales the scale is 1 / count in float, and a count of 0 (scale 0) or an odd
+  // count (the value's fraction a multiple of 1 / count) never lands on x.5.
+  bool tie_free(Scale scale) const {
+    if (!marks_are_ties) return false;
+    if (scale == 0) return true;
+    return std::lround(1.0 / static_cast<double>(scale)) % 2 == 1;
+  }
+
   // n values, as element() computes each (the same float operations, lane by lane, 4 vectors at a time): y,
   // and a mark (0 or 1) per value; zero_sum and scale per value (kPerValue) or one pair for all. Returns whether
   // any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose code
   // for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one.
-  template <bool kPerValue>
+  // Without kMarks (values that cannot be marked, see tie_free) only the rounding: the marks are cleared.
+  template <bool kPerValue, bool kMarks = true>
   bool span(const I* sums, const I* zero_sum, const Scale* scale, I zero_sum_all, Scale scale_all, int64_t n, Q* y,
             uint8_t* mark) const {
     static_assert(kFloat);
@@ -436,6 +456,22 @@ struct Requantiser {
     };
     Ints any{};
     int64_t i = 0;
+    if constexpr (!kMarks) {
+      for (; i + 4 * kLength <= n; i += 4 * kLength) {
+        Ints r0, r1, r2, r3, m;
+        lanes(i, r0, m);
+        lanes(i + kLength, r1, m);
+        lanes(i + 2 * kLength, r2, m);
+        lanes(i + 3 * kLength, r3, m);
+        Lanes::narrow(r0, r1, r2, r3, y + i);
+      }
+      for (; i < n; ++i) {
+        uint8_t unused;
+        y[i] = element(sums[i], kPerValue ? zero_sum[i] : zero_sum_all, kPerValue ? scale[i] : scale_all, unused);
+      }
+      std::memset(mark, 0, static_cast<size_t>(n));
+      return false;
+    }
     for (; i + 4 * kLength <= n; i += 4 * kLength) {
       Ints r0, r1, r2, r3, m0, m1, m2, m3;
       lanes(i, r0, m0);
