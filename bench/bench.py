@@ -674,6 +674,7 @@ def markdown(env, ceilings, results):
     lines = [
         f"onnx_pools {env['onnx_pools']} (ISAs {', '.join(env['isas'])}), onnxruntime {env['onnxruntime']}, "
         f"torch {env['torch']}, numpy {env['numpy']}; CPU: {env['cpu']} ({env['cpus']} logical CPUs)",
+        f"library timed: {env['library']}",
         "",
     ]
     for t, c in sorted(ceilings.items()):
@@ -729,6 +730,7 @@ def environment():
         pass
     return {
         "onnx_pools": onnx_pools.__version__,
+        "library": onnx_pools.get_library_path(),
         "isa": onnx_pools.active_isa(),
         "onnxruntime": ort.__version__,
         "torch": torch.__version__ if torch is not None else None,
@@ -798,6 +800,8 @@ def main(argv=None):
     if args.baseline and not os.path.isfile(args.baseline):
         print(f"error: --baseline {args.baseline}: no such file", file=sys.stderr)
         return 2
+    # run as `python bench/bench.py`, the import finds an installed onnx_pools before a checkout's: say which
+    print(f"  timing the library at {onnx_pools.get_library_path()}", file=sys.stderr, flush=True)
     workers = start_workers(requested, args.baseline)
     if not workers:
         print(f"error: none of the ISAs {requested} runs here", file=sys.stderr)
