@@ -1,6 +1,7 @@
 """onnx-pools benchmark: the library's kernels vs stock ONNX Runtime vs PyTorch.
 
     python bench/bench.py [--threads 1,2] [--quick] [--cases SUBSTR[,SUBSTR]] [--json FILE] [--markdown FILE]
+    python bench/bench.py --scaling [--isa ...] [--cases ...]    (the library's 1 -> 2 thread scaling, alone)
     python -m onnx_pools bench [same options]
 
 Each case is a one-node ONNX model.  It is timed
@@ -666,6 +667,64 @@ def memory_report(requested, markdown_path=None):
 
 
 # ------------------------------------------------------------------------------------------------ output
+SCALING_ROUNDS = 40  # --scaling: rounds of a few runs each, every thread count of every ISA in each round
+SCALING_RUNS = 3
+
+
+def scaling_report(cases, thread_counts, workers, rng, small=False, markdown_path=None):
+    """--scaling: the library's own scaling from 1 to t threads for the compute-bound windowed cases (LpPool,
+    QLinearAveragePool), each ISA timed alone: no stock or torch engine in the rounds, whose idle pool threads could
+    take a core, and SCALING_ROUNDS rounds instead of ROUNDS, because a ratio of two medians of 5 rounds scatters
+    ±15% on a shared machine. Reports the median times and their ratio, and the quartiles of the per-round ratios."""
+    lines = [
+        "| case | ISA | threads | lib ms (1 thread) | lib ms | scaling | per-round scaling, quartiles | kernel ran |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ok_all = True
+    for c in cases:
+        if c.op not in ("LpPool", "QLinearAveragePool") or c.label.startswith("tiny"):
+            continue
+        shape = small_shape(c.shape) if small else c.shape
+        print(f"  {c.name(shape)}: scaling ...", file=sys.stderr, flush=True)
+        x = make_input(c, shape, rng)
+        model = build_model(c, shape)
+        for w in workers:
+            w.call("setup", model, x, thread_counts)
+        samples = {(w.isa, t): [] for w in workers for t in thread_counts}
+        per_round = {key: [] for key in samples}
+        ok = {w.isa: True for w in workers}
+        for _ in range(SCALING_ROUNDS):
+            for w in workers:
+                for t in thread_counts:
+                    ts, ran = w.call("time", c.op, t, 0.0, SCALING_RUNS, 0.0)
+                    ok[w.isa] &= ran
+                    samples[(w.isa, t)] += ts
+                    per_round[(w.isa, t)].append(statistics.median(ts))
+        for w in workers:
+            w.call("clear")
+            one = statistics.median(samples[(w.isa, 1)]) * 1e3
+            for t in thread_counts:
+                if t == 1:
+                    continue
+                ms = statistics.median(samples[(w.isa, t)]) * 1e3
+                ratios = sorted(a / b for a, b in zip(per_round[(w.isa, 1)], per_round[(w.isa, t)]))
+                q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+                lines.append(
+                    f"| {c.name(shape)} | {w.isa} | {t} | {one:.3f} | {ms:.3f} | {one / ms:.2f} | {q1:.2f}-{q3:.2f} "
+                    f"| {'yes' if ok[w.isa] else 'NO'} |"
+                )
+                ok_all &= ok[w.isa]
+    md = "\n".join(lines) + "\n"
+    print(md)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(md)
+    if not ok_all:
+        print("error: the library's kernel did not run (call counter) in some rows", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
@@ -768,6 +827,12 @@ def main(argv=None):
         "of each op and layout on a 1 GiB input (scratch memory), per ISA",
     )
     ap.add_argument(
+        "--scaling",
+        action="store_true",
+        help="instead of the table: the library's own scaling from 1 thread to the others (--threads) for the "
+        f"LpPool and QLinearAveragePool cases, each ISA alone, in {SCALING_ROUNDS} interleaved rounds",
+    )
+    ap.add_argument(
         "--baseline",
         metavar="LIB",
         help="another build of libonnx_pools.so (e.g. an earlier commit's) timed on each ISA in the same "
@@ -806,6 +871,21 @@ def main(argv=None):
     if not workers:
         print(f"error: none of the ISAs {requested} runs here", file=sys.stderr)
         return 2
+    if args.scaling:
+        if 1 not in threads:
+            threads = [1] + threads
+        try:
+            return scaling_report(
+                cases,
+                threads,
+                [w for w in workers if not w.baseline],
+                np.random.default_rng(0),
+                args.small,
+                args.markdown,
+            )
+        finally:
+            for w in workers:
+                w.stop()
     env = environment()
     env["isas"] = [w.isa for w in workers if not w.baseline]
     if args.baseline:

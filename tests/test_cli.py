@@ -301,6 +301,22 @@ def test_bench_no_matching_case(capsys):
 
 
 @needs_bench
+def test_bench_scaling_rows(capsys):
+    """--scaling times only the library, 1 vs 2 threads, per ISA; checks the rows' shape, never the timings."""
+    code, out, err = run_cli(
+        capsys, "bench", "--scaling", "--small", "--cases", "LpPool 3x3 s1", "--isa", "portable",
+    )  # fmt: skip
+    assert code == 0, err
+    header, _, *rows = [line for line in out.splitlines() if line.startswith("|")]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[:3] == ["case", "ISA", "threads"] and cols[-1] == "kernel ran"
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[0].startswith("LpPool 3x3") and cells[1:3] == ["portable", "2"] and cells[-1] == "yes"
+    assert float(cells[cols.index("scaling")]) > 0
+
+
+@needs_bench
 def test_bench_baseline_columns(capsys):
     """--baseline times another build in the same rounds; the library against itself gives the same bits."""
     library = onnx_pools.get_library_path()
