@@ -1,30 +1,20 @@
 // QLinearAveragePool over NCHW planes with 3x3 windows, stride 1, pads 1 (Inception's and TFLite's average pool):
 // window sums and requantisation in one pass over each plane, in registers, and ORT's float evaluation of the
-// rounding ties of a vector's windows at once (avx2 and avx512 builds: see kPlane3x3Path).
-// Included by qlinear_pool.h (after the Requantiser), so it is part of the per-ISA kernels
-// (namespace onnx_pools::ONNX_POOLS_ISA::{anon}).
+// rounding ties of a vector's windows at once.
+// Included by qlinear_pool.h (after the Requantiser) in the avx2 and avx512 builds only, so it is part of those
+// per-ISA kernels (namespace onnx_pools::ONNX_POOLS_ISA::{anon}): with 4 lanes (SSE2, NEON) and byte widening by
+// unpacks, the one pass measured 1.6-1.7x slower than qlinear_pool's flat passes (4.3 vs 2.6 ms, 8x64x56x56).
 #pragma once
 
-// RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template
-// parameter is dropped by GCC 12, leaving a scalar type).
-#if defined(__AVX2__)
+// RequantiseLanes' lane count in these builds, as a constant outside the template (a vector_size depending on a
+// template parameter is dropped by GCC 12, leaving a scalar type).
 constexpr int kPlaneLanes = 8;
-#else
-constexpr int kPlaneLanes = 4;
-#endif
-// Only where a vector holds 8 lanes (the avx2 and avx512 builds): with SSE2's 4 lanes, and byte widening by
-// unpacks, the one pass measured 1.6-1.7x slower than qlinear_pool's flat passes (4.3 vs 2.6 ms, 8x64x56x56).
-constexpr bool kPlane3x3Path = kPlaneLanes == 8;
 
 // Whether any lane of a mask vector (lanes 0 or all ones) is set.
 template <class Ints>
 inline bool any_lane(Ints m) {
-#if defined(__AVX2__)
-  if constexpr (sizeof(Ints) == 32) return !_mm256_testz_si256(__m256i(m), __m256i(m));
-#endif
-  int32_t any = 0;
-  for (size_t k = 0; k < sizeof(Ints) / 4; ++k) any |= m[k];
-  return any != 0;
+  static_assert(sizeof(Ints) == 32);
+  return !_mm256_testz_si256(__m256i(m), __m256i(m));
 }
 
 // Per plane of h x w: output (r, c) sums input rows r-1..r+1 and columns c-1..c+1 that lie in the plane. The plane
@@ -44,7 +34,6 @@ class Plane3x3Pool {
   static constexpr int64_t kStep = 4 * kLength;  // outputs per step: the four vectors Lanes::narrow packs
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
-  typedef Q Bytes __attribute__((vector_size(kLength)));
   typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
   typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
   typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
@@ -53,15 +42,8 @@ class Plane3x3Pool {
   // takes the bytes out one by one on x86-64, which made the step ten times slower).
   static Ints widened(const Q* p) {
     constexpr bool kSigned = std::is_signed_v<Q>;
-#if defined(__AVX2__)
-    static_assert(kLength == 8);
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     return Ints(kSigned ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-#else
-    Bytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Ints);
-#endif
   }
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
@@ -173,22 +155,14 @@ class Plane3x3Pool {
   template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
   void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
-    const Floats magic = Floats{} + kRoundMagicFloat;  // as Requantiser::element
-    const Floats band = Floats{} + kMarkBand;
     Ints rounded[4], marks[4] = {};
     for (int v = 0; v < 4; ++v) {
       const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
       const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
-      Floats value = __builtin_convertvector(window.sum - window.zero_sum, Floats) * scale + zero_point;
-      value = Lanes::max(value, qmin);  // never NaN: as Requantiser::span
-      value = Lanes::min(value, qmax);
-      const Floats r = (value + magic) - magic;
-      rounded[v] = __builtin_convertvector(r, Ints);
+      Ints marked;
+      rounded[v] = Lanes::requantised(window.sum - window.zero_sum, scale, zero_point, marked);
       if constexpr (!kMarks) continue;
-      const Floats off = value - r;
-      marks[v] = (off > band) | (off < -band);
+      marks[v] = marked;
       if constexpr (kEdgeMarksApart) {
         edge_marks |= marks[v] & window.edge;
         marks[v] &= ~window.edge;
@@ -253,31 +227,10 @@ class Plane3x3Pool {
     const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
     const Ints &sum = window.sum, &zero_sum = window.zero_sum;
     constexpr int64_t rows_valid = 1 + kUp + kDown;
-    // the exact value, half the lanes at a time in double
-    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
-    const Doubles dmin = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
-    const Doubles dmax = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
-    const Doubles dmagic = Doubles{} + kRoundMagicDouble;  // as round_half_even
-    const Doubles dband = Doubles{} + kTieBand;            // as near_tie
-    const Doubles scale_full = Doubles{} + requantiser_.window_scale(rows_valid * 3);
-    const Doubles scale_edge = Doubles{} + requantiser_.window_scale(rows_valid * 2);
     Ints exact = rounded, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
     if (!marks_are_ties_) {
-      const Ints difference = sum - zero_sum;
-      HalfInts exact_half[2], tie_half[2];
-      for (int h = 0; h < 2; ++h) {
-        const Longs e = __builtin_convertvector(half(edge, h), Longs);
-        const Doubles scale = Doubles((e & Longs(scale_edge)) | (~e & Longs(scale_full)));
-        Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
-        v = v < dmin ? dmin : v;  // as clamp_to
-        v = v > dmax ? dmax : v;
-        const Doubles r = (v + dmagic) - dmagic;
-        const Doubles off = v - r;
-        exact_half[h] = __builtin_convertvector(r, HalfInts);
-        tie_half[h] = __builtin_convertvector((off > dband) | (off < -dband), HalfInts);
-      }
-      exact = joined(exact_half[0], exact_half[1]);
-      tie = joined(tie_half[0], tie_half[1]);
+      exact_and_ties(sum - zero_sum, edge, requantiser_.window_scale(rows_valid * 2),
+                     requantiser_.window_scale(rows_valid * 3), exact, tie);
     }
     // ORT's float value
     const Floats x_scale = Floats{} + q_.x_scale;
@@ -298,10 +251,7 @@ class Plane3x3Pool {
     const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 3);
     const Floats count_edge = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 2);
     const Floats count = Floats((edge & Ints(count_edge)) | (~edge & Ints(count_full)));
-    Floats value = acc / count / (Floats{} + q_.y_scale) + static_cast<float>(q_.y_zero_point);
-    value = Lanes::max(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::min()));  // as rounded_output
-    value = Lanes::min(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::max()));
-    const Ints ort = __builtin_convertvector((value + kRoundMagicFloat) - kRoundMagicFloat, Ints);
+    const Ints ort = ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
     const Ints settled_value = (tie & ort) | (~tie & exact);
     return (marks & settled_value) | (~marks & rounded);
   }
@@ -325,8 +275,6 @@ class Plane3x3Pool {
     const int64_t w = w_;  // a local: the byte stores below may alias any member
     auto dwords_of = [&](const Q* base, const Ints(&valid)[3], Ints(&dwords)[3]) {
       for (int d = 0; d < 3; ++d) dwords[d] = Ints{};
-#if defined(__AVX2__)
-      static_assert(kLength == 8);
       if (gather) {
         const __m256i mid = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base),
                                                         __m256i(offsets), __m256i(valid[1]), 1);
@@ -340,7 +288,6 @@ class Plane3x3Pool {
         dwords[2] = Ints(_mm256_blend_epi32(down, _mm256_set1_epi32(after), 0x80)) & valid[2];
         return;
       }
-#endif
       for (int d = 0; d < 3; ++d) {
         for (int k = 0; k < kLength; ++k) {
           if (valid[d][k]) std::memcpy(&dwords[d][k], base + (k + d - 1) * w + dword_at, sizeof(int32_t));
@@ -357,22 +304,12 @@ class Plane3x3Pool {
       }
     };
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
-    const Floats magic = Floats{} + kRoundMagicFloat;
-    const Floats band = Floats{} + kMarkBand;
     // windows of 3 rows (6 elements) and of 2 (the first and last row: 4)
     const Floats scale_full = Floats{} + static_cast<float>(requantiser_.window_scale(6));
     const Floats scale_short = Floats{} + static_cast<float>(requantiser_.window_scale(4));
-    const Doubles dscale_full = Doubles{} + requantiser_.window_scale(6);
-    const Doubles dscale_short = Doubles{} + requantiser_.window_scale(4);
+    const double dscale_full = requantiser_.window_scale(6), dscale_short = requantiser_.window_scale(4);
     const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 6);
     const Floats count_short = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 4);
-    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
-    const Doubles dmin = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
-    const Doubles dmax = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
-    const Doubles dmagic = Doubles{} + kRoundMagicDouble;
-    const Doubles dband = Doubles{} + kTieBand;
     const Floats x_scale = Floats{} + q_.x_scale;
     const Floats y_scale = Floats{} + q_.y_scale;
     const float y_zero_point = static_cast<float>(q_.y_zero_point);
@@ -399,33 +336,12 @@ class Plane3x3Pool {
       const Ints difference = sum - zero_sum;
       // the float pass (as step)
       const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
-      Floats value = __builtin_convertvector(difference, Floats) * scale + zero_point;
-      value = Lanes::max(value, qmin);
-      value = Lanes::min(value, qmax);
-      const Floats r = (value + magic) - magic;
-      const Floats off = value - r;
-      const Ints marked = (off > band) | (off < -band);
-      Ints out = __builtin_convertvector(r, Ints);
+      Ints marked;
+      Ints out = Lanes::requantised(difference, scale, zero_point, marked);
       if (any_lane(marked & active)) {
-        // the exact value (as settled), half the lanes at a time in double; with equal scales every marked value
-        // is a tie (see marks_are_ties_)
+        // as settled: with equal scales every marked value is a tie (see marks_are_ties_)
         Ints exact = out, tie = Ints{} - 1;
-        if (!marks_are_ties_) {
-          HalfInts exact_half[2], tie_half[2];
-          for (int hh = 0; hh < 2; ++hh) {
-            const Longs e = __builtin_convertvector(half(full, hh), Longs);
-            const Doubles dscale = Doubles((e & Longs(dscale_full)) | (~e & Longs(dscale_short)));
-            Doubles v = __builtin_convertvector(half(difference, hh), Doubles) * dscale + y_zero;
-            v = v < dmin ? dmin : v;
-            v = v > dmax ? dmax : v;
-            const Doubles dr = (v + dmagic) - dmagic;
-            const Doubles doff = v - dr;
-            exact_half[hh] = __builtin_convertvector(dr, HalfInts);
-            tie_half[hh] = __builtin_convertvector((doff > dband) | (doff < -dband), HalfInts);
-          }
-          exact = joined(exact_half[0], exact_half[1]);
-          tie = joined(tie_half[0], tie_half[1]);
-        }
+        if (!marks_are_ties_) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
         // ORT's float value (as settled)
         Floats acc = {};
         for (int d = 0; d < 3; ++d) {
@@ -435,10 +351,7 @@ class Plane3x3Pool {
           acc = Floats((valid[d] & Ints(acc + b)) | (~valid[d] & Ints(acc)));
         }
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
-        Floats ort_value = acc / count / y_scale + y_zero_point;
-        ort_value = Lanes::max(ort_value, qmin);
-        ort_value = Lanes::min(ort_value, qmax);
-        const Ints ort = __builtin_convertvector((ort_value + magic) - magic, Ints);
+        const Ints ort = ort_rounded(acc, count, y_scale, y_zero_point);
         out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
       }
       Q* yc = y + r0 * w + c;
@@ -449,6 +362,38 @@ class Plane3x3Pool {
       }
       if (r0 + kLength >= h) break;
     }
+  }
+
+  // The exact value of each lane, difference x scale + y_zero_point in double, clamped and rounded half to even
+  // (as Requantiser::exact), and whether it lies on a tie (all ones, as near_tie): the scale is scale_if_set in
+  // the lanes where `which` is set, scale_if_clear elsewhere. Half the lanes at a time (a double is twice as wide).
+  void exact_and_ties(const Ints& difference, const Ints& which, double scale_if_set, double scale_if_clear,
+                      Ints& exact, Ints& tie) const {
+    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
+    const Doubles low = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
+    const Doubles high = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
+    const Doubles band = Doubles{} + kTieBand;
+    HalfInts exact_half[2], tie_half[2];
+    for (int h = 0; h < 2; ++h) {
+      const Longs set = __builtin_convertvector(half(which, h), Longs);
+      const Doubles scale =
+          Doubles((set & Longs(Doubles{} + scale_if_set)) | (~set & Longs(Doubles{} + scale_if_clear)));
+      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
+      v = v < low ? low : v;  // as clamp_to
+      v = v > high ? high : v;
+      const Doubles whole = (v + kRoundMagicDouble) - kRoundMagicDouble;  // as round_half_even
+      const Doubles off = v - whole;
+      exact_half[h] = __builtin_convertvector(whole, HalfInts);
+      tie_half[h] = __builtin_convertvector((off > band) | (off < -band), HalfInts);
+    }
+    exact = joined(exact_half[0], exact_half[1]);
+    tie = joined(tie_half[0], tie_half[1]);
+  }
+
+  // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
+  // count, then by y_scale, plus y_zero_point, clamped and rounded.
+  static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
+    return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
   }
 
   // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.

@@ -249,6 +249,23 @@ struct RequantiseLanes {
     return b < a ? b : a;
 #endif
   }
+  // value clamped to Q's range and rounded half to even, as Requantiser::element (max/min are its selects: the
+  // value is never NaN)
+  static Floats clamped(Floats value) {
+    value = max(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::min()));
+    return min(value, Floats{} + static_cast<float>(std::numeric_limits<Q>::max()));
+  }
+  static Floats rounded(Floats clamped_value) { return (clamped_value + kRoundMagicFloat) - kRoundMagicFloat; }
+  // The float pass of Requantiser::element on each lane: (difference x scale + y_zero) clamped and rounded, and
+  // marked (all ones) where it lies within kMarkBand of a tie, for the caller to settle.
+  static Ints requantised(Ints difference, Floats scale, Floats y_zero, Ints& marked) {
+    const Floats value = clamped(__builtin_convertvector(difference, Floats) * scale + y_zero);
+    const Floats whole = rounded(value);
+    const Floats off = value - whole;
+    const Floats band = Floats{} + kMarkBand;
+    marked = (off > band) | (off < -band);
+    return __builtin_convertvector(whole, Ints);
+  }
   template <class B>
   static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
 #if defined(__AVX2__) || defined(__SSE2__)
@@ -426,11 +443,7 @@ struct Requantiser {
     using Ints = typename Lanes::Ints;
     using Floats = typename Lanes::Floats;
     typedef int16_t Shorts __attribute__((vector_size(kLength * 2)));
-    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    const Floats magic = Floats{} + kRoundMagicFloat;
-    const Floats band = Floats{} + kMarkBand;
     const Floats scale_v = Floats{} + scale_all;
     // values [at, at + kLength): the rounded values as Ints, and the marks (all ones where marked)
     auto lanes = [&](int64_t at, Ints& rounded_ints, Ints& marked) {
@@ -446,13 +459,7 @@ struct Requantiser {
       } else {
         d -= static_cast<int32_t>(zero_sum_all);
       }
-      Floats v = __builtin_convertvector(d, Floats) * sc + zero_point;
-      v = Lanes::max(v, qmin);  // v is never NaN: max/min are element()'s selects
-      v = Lanes::min(v, qmax);
-      const Floats rounded = (v + magic) - magic;
-      const Floats off = v - rounded;
-      marked = (off > band) | (off < -band);
-      rounded_ints = __builtin_convertvector(rounded, Ints);
+      rounded_ints = Lanes::requantised(d, sc, zero_point, marked);
     };
     Ints any{};
     int64_t i = 0;
@@ -962,17 +969,19 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
 // Elements of an NCHW plane up to which it is pooled whole (4 bytes of scratch per element: 256 KiB, in L2).
 constexpr int64_t kWholePlaneLimit = 1 << 16;
 
+#if defined(__AVX2__)
 #include "qlinear_plane3x3.h"  // (inside the per-ISA namespace, as this file)
+#endif
 
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
-  if constexpr (kPlane3x3Path) {
-    if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
-      Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
-      return;
-    }
+#if defined(__AVX2__)
+  if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
+    Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    return;
   }
+#endif
   // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
   // scratch bounded by kWholePlaneLimit), small ones its summed-area path; larger planes and NHWC images are
   // streamed.
