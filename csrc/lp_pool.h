@@ -232,6 +232,50 @@ void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, M
   }
 }
 
+// |v|^p lane by lane, the same arithmetic as power(v[l]) in every lane: an odd whole power takes |v| by clearing the
+// sign bit (as std::fabs does for scalars; IntegerPower's vector form keeps a NaN's sign), then multiplies in the
+// same order.
+template <class V, int P>
+[[gnu::always_inline]] inline V lane_power(IntegerPower<P>, V v) {
+  using S = Simd<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>>;
+  V a = v;
+  if constexpr (P % 2 == 1) {
+    a = reinterpret_cast<V>(reinterpret_cast<typename S::Mask>(v) &
+                            std::numeric_limits<typename S::MaskElement>::max());
+  }
+  V r = a;
+  for (int k = 1; k < P; ++k) r *= a;
+  return r;
+}
+template <class V>
+[[gnu::always_inline]] inline V lane_power(const RealPower& power, V v) {
+  return power(v);
+}
+
+// d[j] = (|s[j - 1]|^p + |s[j]|^p) + |s[j + 1]|^p (of scale(s)) for the n >= 2 columns of a row padded by one zero
+// each side (the padding's terms are +0): the sums single_channel_window_sums makes of the powered row, in the same
+// order, each power computed where it is added (three multiplies instead of a store and three loads of the powers).
+// Native vectors, the last one overlapping the one before (it rewrites the same values), so a 56-column row has no
+// scalar tail beyond its two edge columns.
+template <class A, class Power, class Scale>
+void padded_triple_sums(const A* __restrict s, A* __restrict d, int64_t n, Power power, Scale scale) {
+  using S = Simd<A>;
+  auto map = [&](auto v) __attribute__((always_inline)) { return lane_power(power, scale(v)); };
+  d[0] = (A(0) + power(scale(s[0]))) + power(scale(s[1]));
+  d[n - 1] = (power(scale(s[n - 2])) + power(scale(s[n - 1]))) + A(0);
+  const int64_t inner = n - 2;  // columns 1 .. n - 2
+  if (inner < S::kLength) {
+    for (int64_t j = 1; j + 1 < n; ++j) d[j] = (power(scale(s[j - 1])) + power(scale(s[j]))) + power(scale(s[j + 1]));
+    return;
+  }
+  auto at = [&](int64_t j) __attribute__((always_inline)) {
+    S::store(d + j, (map(S::load(s + j - 1)) + map(S::load(s + j))) + map(S::load(s + j + 1)));
+  };
+  int64_t j = 1;
+  for (; j + S::kLength <= n - 1; j += S::kLength) at(j);
+  if (j < n - 1) at(n - 1 - S::kLength);
+}
+
 template <class T>
 void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                      const RowBlocks& rb, const LpNorm& lp) {
@@ -257,6 +301,11 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   const bool side_by_side = std::is_same_v<T, A> && cols.pad_begin == 0 && cols.dilation == 1 &&
                             cols.stride >= cols.kernel && (out_w - 1) * cols.stride + cols.kernel <= in_w;
   if (side_by_side) fill(column, column_values, A(0));  // the ignored outputs past out_w stay zero
+  // 3 columns at stride 1 with one column of padding each side (3x3 pad 1): the column sums straight from the
+  // input too (padded_triple_sums), so the powered rows are neither stored nor read back.
+  const bool same_width_triples = std::is_same_v<T, A> && !side_by_side && cols.kernel == 3 && cols.stride == 1 &&
+                                  cols.dilation == 1 && cols.pad_begin == 1 && out_w == in_w && in_w >= 2;
+  if (same_width_triples) fill(column, column_values, A(0));
   auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
     const T* xp = a.x;
     T* yp = a.y;
@@ -286,6 +335,21 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
               mapped_column_sums(src, d, out_w, cols, power);
             } else {
               mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(v * up.first * up.second); });
+            }
+          }
+        }
+      } else if (same_width_triples) {
+        for (int64_t t = ready; t < span; ++t) {
+          const int64_t row = first_row + t;
+          A* d = column + t * op;
+          if (row < 0 || row >= rows.in) {
+            fill(d, out_w, A(0));
+          } else {
+            const A* src = reinterpret_cast<const A*>(xp + row * in_w);  // T is A here
+            if (e == 0) {
+              padded_triple_sums(src, d, in_w, power, [](auto v) { return v; });
+            } else {
+              padded_triple_sums(src, d, in_w, power, [&](auto v) { return v * up.first * up.second; });
             }
           }
         }
@@ -410,25 +474,6 @@ template <int KR, int KC, class A, class Map>
   }
 }
 
-// |v|^p lane by lane, the same arithmetic as power(v[l]) in every lane: an odd whole power takes |v| by clearing the
-// sign bit (as std::fabs does for scalars; IntegerPower's vector form keeps a NaN's sign), then multiplies in the
-// same order.
-template <class V, int P>
-[[gnu::always_inline]] inline V lane_power(IntegerPower<P>, V v) {
-  using S = Simd<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>>;
-  V a = v;
-  if constexpr (P % 2 == 1) {
-    a = reinterpret_cast<V>(reinterpret_cast<typename S::Mask>(v) & std::numeric_limits<typename S::MaskElement>::max());
-  }
-  V r = a;
-  for (int k = 1; k < P; ++k) r *= a;
-  return r;
-}
-template <class V>
-[[gnu::always_inline]] inline V lane_power(const RealPower& power, V v) {
-  return power(v);
-}
-
 // Pair sums of a native vector pair: with a and b holding 2L consecutive values of a row, the even and odd values
 // are picked within each 16-byte segment (one in-segment shuffle each, e.g. shufps: a full even/odd deinterleave
 // costs cross-segment permutes on AVX2 / AVX-512) and added, so sum[i] = v[2 q(i)] + v[2 q(i) + 1] for the pair
@@ -480,7 +525,8 @@ template <int KR, int KC, class A, class Power, class Scale, class Root>
       using P = PairShuffles<A>;
       using S = Simd<A>;
       auto pairs = [&](const A* s, int64_t at) __attribute__((always_inline)) {
-        return P::sums(lane_power(power, scale(S::load(s + 2 * at))), lane_power(power, scale(S::load(s + 2 * at + P::L))));
+        return P::sums(lane_power(power, scale(S::load(s + 2 * at))),
+                       lane_power(power, scale(S::load(s + 2 * at + P::L))));
       };
       for (; j + P::L <= n; j += P::L) {
         typename S::Value sum = pairs(next_in, j) + pairs(next_in + in_w, j);
