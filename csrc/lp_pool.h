@@ -380,9 +380,12 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
           fetch_bytes = (r1 - r0) * in_w * static_cast<int64_t>(sizeof(T));
         }
       }
+      // a whole number of cache lines per output row: no division per row (two 64-bit divisions per row were
+      // visible in the profile of 3x3 over 56-column rows)
+      const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
       // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
       for (int64_t r = 0; r < nb; ++r) {
-        for (int64_t b = fetch_bytes * r / nb, end = fetch_bytes * (r + 1) / nb; b < end; b += 64) {
+        for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
         }
         const A* c0 = column + r * rows.stride * op;
