@@ -214,7 +214,8 @@ void stacked_row_sums(const A* c, int64_t step, int64_t count, A* s, int64_t n) 
 // the row and do not overlap (stride >= kernel, no dilation): each |x|^p is computed once, straight from the input.
 // (For 2x2 stride 2, GCC's AVX2 loop reads the pairs with two cross-lane permutes per vector. Powers of contiguous
 // vectors and an even/odd shuffle halved this loop alone, but LpPool 2x2 s2 p=3 1x64x112x112 took 0.49 vs 0.48 ms
-// on avx2 and 0.77 vs 0.66 ms on portable (best of 600): not taken.)
+// on avx2 and 0.77 vs 0.66 ms on portable (best of 600): not taken here; the pipelined path's PairShuffles,
+// with both rows added before one permute, did pay.)
 template <class A, class Map>
 void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, Map map) {
   if (cols.stride == 2 && cols.kernel == 2) {
@@ -441,12 +442,10 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
 // ---- windows side by side along both axes (e.g. 2x2 stride 2), an output row at a time, software-pipelined -----
 
 // Windows that tile the plane without sharing an element and without padding (kernel == stride along both axes,
-// kernels of 2 or 3): each output row's column sums come from its own kernel rows only. The loop over an output row
-// computes that row's roots from the column sums made by the previous iteration (in L1) and, in the same loop, the
-// column sums of the next output row from the input: the input's loads do not feed the roots' long dependency
-// chains, so they proceed while the arithmetic of the roots runs (as two passes, the loads of the column pass
-// stalled on memory with nothing to overlap). The sums are those of lp_pool_blocked's side-by-side path, in the
-// same order (pairs or triples of |x|^p, then rows in order): same bits.
+// kernels of 2 or 3): each output row's window sums come from its own kernel rows only. Each step makes the next
+// output row's window sums from the input (prefetched a few rows ahead) and this row's roots from the sums the
+// previous step made (in L1). The sums are those of lp_pool_blocked's side-by-side path, in the same order (pairs
+// or triples of |x|^p, then rows in order): same bits.
 inline bool pipelined_rows(const RowsAndColumns& rc) {
   auto tiles = [](const AxisGeometry& a) {
     return a.dilation == 1 && a.pad_begin == 0 && a.kernel == a.stride && (a.kernel == 2 || a.kernel == 3) &&
@@ -518,6 +517,9 @@ struct PairShuffles {
 // windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's even/odd
 // permutes before the powers), both rows of a window added before the order is restored.
 // (Kept out of line: inlined into the plane loop, LpPool 2x2 s2 p=3 8x64x112x112 took 4.2 instead of 3.7 ms on avx2.)
+// (GCC splits the sums and the roots into two loops, which is what runs. Forcing one loop with
+// optimize("no-tree-loop-distribution") measured no faster on avx2 (2x2 s2 p=3 min 3.6 -> 3.8 ms, medians equal):
+// the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
 template <int KR, int KC, class A, class Power, class Scale, class Root>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
