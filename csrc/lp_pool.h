@@ -214,7 +214,8 @@ void stacked_row_sums(const A* c, int64_t step, int64_t count, A* s, int64_t n) 
 // the row and do not overlap (stride >= kernel, no dilation): each |x|^p is computed once, straight from the input.
 // (For 2x2 stride 2, GCC's AVX2 loop reads the pairs with two cross-lane permutes per vector. Powers of contiguous
 // vectors and an even/odd shuffle halved this loop alone, but LpPool 2x2 s2 p=3 1x64x112x112 took 0.49 vs 0.48 ms
-// on avx2 and 0.77 vs 0.66 ms on portable (best of 600): not taken.)
+// on avx2 and 0.77 vs 0.66 ms on portable (best of 600): not taken here; the pipelined path's PairShuffles,
+// with both rows added before one permute, did pay.)
 template <class A, class Map>
 void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, Map map) {
   if (cols.stride == 2 && cols.kernel == 2) {
@@ -230,6 +231,50 @@ void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, M
   for (int64_t k = 1; k < cols.kernel; ++k) {
     for (int64_t j = 0; j < n; ++j) d[j] += map(s[j * stride + k]);
   }
+}
+
+// |v|^p lane by lane, the same arithmetic as power(v[l]) in every lane: an odd whole power takes |v| by clearing the
+// sign bit (as std::fabs does for scalars; IntegerPower's vector form keeps a NaN's sign), then multiplies in the
+// same order.
+template <class V, int P>
+[[gnu::always_inline]] inline V lane_power(IntegerPower<P>, V v) {
+  using S = Simd<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>>;
+  V a = v;
+  if constexpr (P % 2 == 1) {
+    a = reinterpret_cast<V>(reinterpret_cast<typename S::Mask>(v) &
+                            std::numeric_limits<typename S::MaskElement>::max());
+  }
+  V r = a;
+  for (int k = 1; k < P; ++k) r *= a;
+  return r;
+}
+template <class V>
+[[gnu::always_inline]] inline V lane_power(const RealPower& power, V v) {
+  return power(v);
+}
+
+// d[j] = (|s[j - 1]|^p + |s[j]|^p) + |s[j + 1]|^p (of scale(s)) for the n >= 2 columns of a row padded by one zero
+// each side (the padding's terms are +0): the sums single_channel_window_sums makes of the powered row, in the same
+// order, each power computed where it is added (three multiplies instead of a store and three loads of the powers).
+// Native vectors, the last one overlapping the one before (it rewrites the same values), so a 56-column row has no
+// scalar tail beyond its two edge columns.
+template <class A, class Power, class Scale>
+void padded_triple_sums(const A* __restrict s, A* __restrict d, int64_t n, Power power, Scale scale) {
+  using S = Simd<A>;
+  auto map = [&](auto v) __attribute__((always_inline)) { return lane_power(power, scale(v)); };
+  d[0] = (A(0) + power(scale(s[0]))) + power(scale(s[1]));
+  d[n - 1] = (power(scale(s[n - 2])) + power(scale(s[n - 1]))) + A(0);
+  const int64_t inner = n - 2;  // columns 1 .. n - 2
+  if (inner < S::kLength) {
+    for (int64_t j = 1; j + 1 < n; ++j) d[j] = (power(scale(s[j - 1])) + power(scale(s[j]))) + power(scale(s[j + 1]));
+    return;
+  }
+  auto at = [&](int64_t j) __attribute__((always_inline)) {
+    S::store(d + j, (map(S::load(s + j - 1)) + map(S::load(s + j))) + map(S::load(s + j + 1)));
+  };
+  int64_t j = 1;
+  for (; j + S::kLength <= n - 1; j += S::kLength) at(j);
+  if (j < n - 1) at(n - 1 - S::kLength);
 }
 
 template <class T>
@@ -257,6 +302,11 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   const bool side_by_side = std::is_same_v<T, A> && cols.pad_begin == 0 && cols.dilation == 1 &&
                             cols.stride >= cols.kernel && (out_w - 1) * cols.stride + cols.kernel <= in_w;
   if (side_by_side) fill(column, column_values, A(0));  // the ignored outputs past out_w stay zero
+  // 3 columns at stride 1 with one column of padding each side (3x3 pad 1): the column sums straight from the
+  // input too (padded_triple_sums), so the powered rows are neither stored nor read back.
+  const bool same_width_triples = std::is_same_v<T, A> && !side_by_side && cols.kernel == 3 && cols.stride == 1 &&
+                                  cols.dilation == 1 && cols.pad_begin == 1 && out_w == in_w && in_w >= 2;
+  if (same_width_triples) fill(column, column_values, A(0));
   auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
     const T* xp = a.x;
     T* yp = a.y;
@@ -289,6 +339,21 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
             }
           }
         }
+      } else if (same_width_triples) {
+        for (int64_t t = ready; t < span; ++t) {
+          const int64_t row = first_row + t;
+          A* d = column + t * op;
+          if (row < 0 || row >= rows.in) {
+            fill(d, out_w, A(0));
+          } else {
+            const A* src = reinterpret_cast<const A*>(xp + row * in_w);  // T is A here
+            if (e == 0) {
+              padded_triple_sums(src, d, in_w, power, [](auto v) { return v; });
+            } else {
+              padded_triple_sums(src, d, in_w, power, [&](auto v) { return v * up.first * up.second; });
+            }
+          }
+        }
       } else {
         for (int64_t t = ready; t < span; ++t) power_row(first_row + t, powered + t * rb.pitch + cols.pad_begin);
         single_channel_window_sums(static_cast<const A*>(powered + ready * rb.pitch), column + ready * op,
@@ -316,9 +381,12 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
           fetch_bytes = (r1 - r0) * in_w * static_cast<int64_t>(sizeof(T));
         }
       }
+      // a whole number of cache lines per output row: no division per row (two 64-bit divisions per row were
+      // visible in the profile of 3x3 over 56-column rows)
+      const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
       // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
       for (int64_t r = 0; r < nb; ++r) {
-        for (int64_t b = fetch_bytes * r / nb, end = fetch_bytes * (r + 1) / nb; b < end; b += 64) {
+        for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
         }
         const A* c0 = column + r * rows.stride * op;
@@ -374,12 +442,10 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
 // ---- windows side by side along both axes (e.g. 2x2 stride 2), an output row at a time, software-pipelined -----
 
 // Windows that tile the plane without sharing an element and without padding (kernel == stride along both axes,
-// kernels of 2 or 3): each output row's column sums come from its own kernel rows only. The loop over an output row
-// computes that row's roots from the column sums made by the previous iteration (in L1) and, in the same loop, the
-// column sums of the next output row from the input: the input's loads do not feed the roots' long dependency
-// chains, so they proceed while the arithmetic of the roots runs (as two passes, the loads of the column pass
-// stalled on memory with nothing to overlap). The sums are those of lp_pool_blocked's side-by-side path, in the
-// same order (pairs or triples of |x|^p, then rows in order): same bits.
+// kernels of 2 or 3): each output row's window sums come from its own kernel rows only. Each step makes the next
+// output row's window sums from the input (prefetched a few rows ahead) and this row's roots from the sums the
+// previous step made (in L1). The sums are those of lp_pool_blocked's side-by-side path, in the same order (pairs
+// or triples of |x|^p, then rows in order): same bits.
 inline bool pipelined_rows(const RowsAndColumns& rc) {
   auto tiles = [](const AxisGeometry& a) {
     return a.dilation == 1 && a.pad_begin == 0 && a.kernel == a.stride && (a.kernel == 2 || a.kernel == 3) &&
@@ -399,39 +465,87 @@ template <int KC, class A, class Map>
   }
 }
 
-// One output row of the pipelined path: out[j] = root(sum over KR column rows of cur at j) for n windows, counting
-// the untrusted sums, and (when next_in is not null) next[k][j] = the KC-term sums of |x|^p of next_in's row k.
+// The window sum of KR input rows (row pitch in_w) at output column j: the rows' KC-term sums added in row order.
+template <int KR, int KC, class A, class Map>
+[[gnu::always_inline]] inline A tile_sum(const A* __restrict s, int64_t in_w, int64_t j, Map map) {
+  const A first = side_by_side_sum<KC>(s, j, map) + side_by_side_sum<KC>(s + in_w, j, map);
+  if constexpr (KR == 2) {
+    return first;
+  } else {
+    return first + side_by_side_sum<KC>(s + 2 * in_w, j, map);
+  }
+}
+
+// Pair sums of a native vector pair: with a and b holding 2L consecutive values of a row, the even and odd values
+// are picked within each 16-byte segment (one in-segment shuffle each, e.g. shufps: a full even/odd deinterleave
+// costs cross-segment permutes on AVX2 / AVX-512) and added, so sum[i] = v[2 q(i)] + v[2 q(i) + 1] for the pair
+// q(i) that position i holds; in_order() then moves pair q to position q (nothing to do with 16-byte vectors).
+template <class A>
+struct PairShuffles {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  static constexpr int L = S::kLength;
+  static constexpr int Q = 16 / static_cast<int>(sizeof(A));  // values per 16-byte segment
+  // the pair position i holds: segment k takes Q/2 pairs from a, then Q/2 from b
+  static constexpr int pair_at(int i) {
+    const int k = i / Q, t = i % Q;
+    return t < Q / 2 ? k * Q / 2 + t : L / 2 + k * Q / 2 + (t - Q / 2);
+  }
+  static M picks(int parity) {
+    M m{};
+    for (int i = 0; i < L; ++i) {
+      const int q = pair_at(i);
+      m[i] = static_cast<typename S::MaskElement>(q < L / 2 ? 2 * q + parity : L + 2 * (q - L / 2) + parity);
+    }
+    return m;
+  }
+  static V sums(V a, V b) { return __builtin_shuffle(a, b, picks(0)) + __builtin_shuffle(a, b, picks(1)); }
+  static V in_order(V v) {
+    if constexpr (L == Q) {
+      return v;
+    } else {
+      M m{};
+      for (int i = 0; i < L; ++i) m[pair_at(i)] = static_cast<typename S::MaskElement>(i);
+      return __builtin_shuffle(v, m);
+    }
+  }
+};
+
+// One output row of the pipelined path: out[j] = root(cur[j]) for n windows, counting the untrusted sums, and (when
+// next_in is not null) next[j] = the window sums of the KR input rows from next_in, in tile_sum's order. 2-column
+// windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's even/odd
+// permutes before the powers), both rows of a window added before the order is restored.
 // (Kept out of line: inlined into the plane loop, LpPool 2x2 s2 p=3 8x64x112x112 took 4.2 instead of 3.7 ms on avx2.)
-template <int KR, int KC, class A, class Map, class Root>
+// (GCC splits the sums and the roots into two loops, which is what runs. Forcing one loop with
+// optimize("no-tree-loop-distribution") measured no faster on avx2 (2x2 s2 p=3 min 3.6 -> 3.8 ms, medians equal):
+// the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
+template <int KR, int KC, class A, class Power, class Scale, class Root>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
-                                                      Map map, Root root) {
-  auto row_sum = [&](int64_t j) __attribute__((always_inline)) {
-    if constexpr (KR == 2) {
-      return cur[j] + cur[n + j];
-    } else {
-      return (cur[j] + cur[n + j]) + cur[2 * n + j];
+                                                      Power power, Scale scale, Root root) {
+  if (next_in != nullptr) {
+    int64_t j = 0;
+    if constexpr (KC == 2) {
+      using P = PairShuffles<A>;
+      using S = Simd<A>;
+      auto pairs = [&](const A* s, int64_t at) __attribute__((always_inline)) {
+        return P::sums(lane_power(power, scale(S::load(s + 2 * at))),
+                       lane_power(power, scale(S::load(s + 2 * at + P::L))));
+      };
+      for (; j + P::L <= n; j += P::L) {
+        typename S::Value sum = pairs(next_in, j) + pairs(next_in + in_w, j);
+        if constexpr (KR == 3) sum += pairs(next_in + 2 * in_w, j);
+        S::store(next + j, P::in_order(sum));
+      }
     }
-  };
-  int32_t bad = 0;  // n <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
-  if (next_in == nullptr) {
-    for (int64_t j = 0; j < n; ++j) {
-      const A sum = row_sum(j);
-      bad += !window_sum_trusted(sum);
-      out[j] = root(sum);
-    }
-    return bad;
+    auto map = [&](A v) __attribute__((always_inline)) { return power(scale(v)); };
+    for (; j < n; ++j) next[j] = tile_sum<KR, KC>(next_in, in_w, j, map);
   }
-  const A* __restrict s0 = next_in;
-  const A* __restrict s1 = next_in + in_w;
-  const A* __restrict s2 = next_in + (KR == 3 ? 2 * in_w : 0);
+  int32_t bad = 0;  // n <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
   for (int64_t j = 0; j < n; ++j) {
-    const A sum = row_sum(j);
-    next[j] = side_by_side_sum<KC>(s0, j, map);
-    next[n + j] = side_by_side_sum<KC>(s1, j, map);
-    if constexpr (KR == 3) next[2 * n + j] = side_by_side_sum<KC>(s2, j, map);
-    bad += !window_sum_trusted(sum);
-    out[j] = root(sum);
+    bad += !window_sum_trusted(cur[j]);
+    out[j] = root(cur[j]);
   }
   return bad;
 }
@@ -440,13 +554,11 @@ template <int KR, int KC, class A>
 void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                        const LpNorm& lp) {
   const int64_t in_w = rc.cols.in, out_w = rc.cols.out, out_h = rc.rows.out;
-  const int64_t row_values = KR * out_w;  // the column sums of one output row
   ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
-                       sizeof(A) * static_cast<size_t>(2 * row_values + out_w + kBlock));
+                       sizeof(A) * static_cast<size_t>(2 * out_w + kBlock));
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
-  A* columns = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());  // two output rows' column sums
-  A* sums = columns + 2 * row_values;
-  A* probe_buffer = sums + out_w;
+  A* sums = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());  // two output rows' window sums
+  A* probe_buffer = sums + 2 * out_w;
   // Input rows fetched ahead of the loads that use them: far enough for memory's latency (a few output rows).
   constexpr int64_t kAhead = 4;
   const int64_t input_values = planes * g.in_size;
@@ -455,16 +567,14 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
     A* yp = a.y;
     const int64_t plane = a.plane;
     const PowerOfTwo<A> up = a.up, down = a.down;
-    auto run = [&](auto map, auto root) {
-      // the first output row's column sums
-      for (int64_t k = 0; k < KR; ++k) {
-        const A* s = xp + k * in_w;
-        A* d = columns + k * out_w;
-        for (int64_t j = 0; j < out_w; ++j) d[j] = side_by_side_sum<KC>(s, j, map);
+    auto run = [&](auto scale, auto root) {
+      // the first output row's window sums
+      for (int64_t j = 0; j < out_w; ++j) {
+        sums[j] = tile_sum<KR, KC>(xp, in_w, j, [&](A v) { return power(scale(v)); });
       }
       for (int64_t oh = 0; oh < out_h; ++oh) {
-        const A* cur = columns + (oh & 1) * row_values;
-        A* next = columns + ((oh + 1) & 1) * row_values;
+        const A* cur = sums + (oh & 1) * out_w;
+        A* next = sums + ((oh + 1) & 1) * out_w;
         // the input rows kAhead output rows on (in the next plane near the end of this one), one cache line
         // in every 64 bytes of them
         const int64_t fetch_first = plane * g.in_size + (oh + kAhead) * KR * in_w;
@@ -475,19 +585,19 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
         }
         const A* next_in = oh + 1 < out_h ? xp + (oh + 1) * KR * in_w : nullptr;
         A* y_row = yp + oh * out_w;
-        const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, map, root);
+        const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, root);
         if (bad == 0) continue;
         if (redo_needed(bad)) return;
-        stacked_row_sums(cur, out_w, KR, sums, out_w);
         for (int64_t j = 0; j < out_w; ++j) {
-          if (!window_sum_trusted(sums[j])) y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp);
+          if (!window_sum_trusted(cur[j])) y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp);
         }
       }
     };
     if (a.e == 0) {
-      run(power, [&](A sum) __attribute__((always_inline)) { return root_for(power, sum); });
+      run([](auto v) __attribute__((always_inline)) { return v; },
+          [&](A sum) __attribute__((always_inline)) { return root_for(power, sum); });
     } else {
-      run([&](A v) __attribute__((always_inline)) { return power(v * up.first * up.second); },
+      run([&](auto v) __attribute__((always_inline)) { return v * up.first * up.second; },
           [&](A sum) __attribute__((always_inline)) { return root_for(power, sum) * down.first * down.second; });
     }
   };

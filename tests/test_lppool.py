@@ -234,6 +234,51 @@ def test_lppool_nan_inf(dtype):
     assert yf[0, 1, 2, 2] == np.inf and np.isinf(yf).sum() == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_lppool_tiling_windows_signs_nan_inf(dtype, p):
+    """2x2 / 3x2 windows tiling rows long enough for whole vectors and a tail (lp_pool.h's pipelined rows: powers of
+    consecutive values, pairs picked by shuffles): negative values and -0 take |x|, a NaN or an inf stays in its
+    own window."""
+    rng = np.random.default_rng(5)
+    for kernel in ([2, 2], [3, 2]):
+        x = rng.standard_normal([1, 2, 12, 46]) * 2
+        x[0, 0, 1, 9] = np.nan
+        x[0, 1, 2, 30] = -np.inf
+        x[0, 1, 4:6, 0:2] = -0.0
+        x = R.to_dtype(x, dtype)
+        attrs = dict(kernel_shape=kernel, strides=kernel, p=p)
+        y, _ = run_op("LpPool", 22, dtype, x, attrs)
+        ref = R.lp_pool(x, kernel, kernel, p=p)
+        R.assert_close(y, ref, dtype, R.input_scale(x), f"LpPool {dtype} p={p} {kernel}")
+        yf = R.to_f64(y)
+        assert np.isnan(yf[0, 0, 1 // kernel[0], 9 // 2]) and np.isnan(yf).sum() == 1
+        assert yf[0, 1, 2 // kernel[0], 15] == np.inf and np.isinf(yf).sum() == 1
+        if kernel[0] == 2:
+            assert yf[0, 1, 2, 0] == 0 and not np.signbit(yf[0, 1, 2, 0]), "|-0|^p is +0"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("p", [2, 3])
+def test_lppool_3x3_pad1_rows_signs_nan(dtype, p):
+    """3x3 pad 1 (lp_pool.h's padded_triple_sums: column sums straight from the input, native vectors with an
+    overlapping last one) on rows of 2, 5, 11 and 46 columns: negative values and -0 take |x|, a NaN stays in its
+    windows."""
+    rng = np.random.default_rng(6)
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], p=p)
+    for width in (2, 5, 11, 46):
+        x = rng.standard_normal([1, 2, 7, width]) * 2
+        x[0, 0, 3, width // 2] = np.nan
+        x[0, 1, 0:3, 0:2] = -0.0
+        x = R.to_dtype(x, dtype)
+        y, _ = run_op("LpPool", 22, dtype, x, attrs)
+        ref = R.lp_pool(x, [3, 3], [1, 1], pads=[1, 1, 1, 1], p=p)
+        R.assert_close(y, ref, dtype, R.input_scale(x), f"LpPool {dtype} p={p} width {width}")
+        yf = R.to_f64(y)
+        assert np.isnan(yf).sum() == np.isnan(ref).sum() == (9 if width > 2 else 6)
+        assert yf[0, 1, 0, 0] == 0 and not np.signbit(yf[0, 1, 0, 0]), "|-0|^p is +0"
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_lppool_empty_batch_or_channels(dtype):
     for shape in ([0, 3, 5, 5], [2, 0, 5, 5]):
