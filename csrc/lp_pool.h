@@ -301,12 +301,11 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   // straight from the input, without the powered rows.
   const bool side_by_side = std::is_same_v<T, A> && cols.pad_begin == 0 && cols.dilation == 1 &&
                             cols.stride >= cols.kernel && (out_w - 1) * cols.stride + cols.kernel <= in_w;
-  if (side_by_side) fill(column, column_values, A(0));  // the ignored outputs past out_w stay zero
   // 3 columns at stride 1 with one column of padding each side (3x3 pad 1): the column sums straight from the
   // input too (padded_triple_sums), so the powered rows are neither stored nor read back.
   const bool same_width_triples = std::is_same_v<T, A> && !side_by_side && cols.kernel == 3 && cols.stride == 1 &&
                                   cols.dilation == 1 && cols.pad_begin == 1 && out_w == in_w && in_w >= 2;
-  if (same_width_triples) fill(column, column_values, A(0));
+  if (side_by_side || same_width_triples) fill(column, column_values, A(0));  // ignored outputs past out_w stay 0
   auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
     const T* xp = a.x;
     T* yp = a.y;
@@ -324,22 +323,15 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       const int64_t nb = min_of(rb.block, rows.out - oh0);
       const int64_t first_row = oh0 * rows.stride - rows.pad_begin;
       const int64_t span = (nb - 1) * rows.stride + rows.kernel;
-      if (side_by_side) {
-        for (int64_t t = ready; t < span; ++t) {
-          const int64_t row = first_row + t;
-          A* d = column + t * op;
-          if (row < 0 || row >= rows.in) {
-            fill(d, out_w, A(0));
+      if (side_by_side || same_width_triples) {
+        // Both build the column sums straight from the input rows; only the sum differs.
+        auto column_sums = [&](const A* src, A* d, auto scale) {
+          if (side_by_side) {
+            mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(scale(v)); });
           } else {
-            const A* src = reinterpret_cast<const A*>(xp + row * in_w);  // T is A here
-            if (e == 0) {
-              mapped_column_sums(src, d, out_w, cols, power);
-            } else {
-              mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(v * up.first * up.second); });
-            }
+            padded_triple_sums(src, d, in_w, power, scale);
           }
-        }
-      } else if (same_width_triples) {
+        };
         for (int64_t t = ready; t < span; ++t) {
           const int64_t row = first_row + t;
           A* d = column + t * op;
@@ -348,9 +340,9 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
           } else {
             const A* src = reinterpret_cast<const A*>(xp + row * in_w);  // T is A here
             if (e == 0) {
-              padded_triple_sums(src, d, in_w, power, [](auto v) { return v; });
+              column_sums(src, d, [](auto v) { return v; });
             } else {
-              padded_triple_sums(src, d, in_w, power, [&](auto v) { return v * up.first * up.second; });
+              column_sums(src, d, [&](auto v) { return v * up.first * up.second; });
             }
           }
         }
