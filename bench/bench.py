@@ -44,11 +44,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_pools.cli import max_abs_diff
 
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:  # torch columns become "-"
+# A timing worker (IsaWorker) runs only the library: it skips torch's import (~3 s each, and threads of its own).
+if sys.argv[1:] == ["--isa-worker"]:
     torch = None
+else:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:  # torch columns become "-"
+        torch = None
 
 OPSET = 18
 IR_VERSION = 9
@@ -412,7 +416,8 @@ class IsaWorker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        self.isa = self.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
+        self.requested = isa
+        self.isa = None  # asked by start_workers once every worker has started (they start side by side)
 
     def call(self, *msg):
         import pickle
@@ -434,16 +439,23 @@ class IsaWorker:
 def start_workers(requested, baseline=None):
     """One worker per requested ISA the CPU runs (in ISA_ORDER), and with `baseline` (another build of the library)
     a second one per ISA running that build; ISAs the CPU lacks are reported and left out."""
-    workers = []
+    started = []
     for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99):
-        w = IsaWorker(isa)
-        if w.isa != isa:
-            print(f"  ISA {isa}: not available on this CPU (the library chose {w.isa}); left out", file=sys.stderr)
+        started.append(IsaWorker(isa))
+        if baseline:
+            started.append(IsaWorker(isa, baseline))
+    workers = []
+    for w in started:
+        w.isa = w.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
+        if w.isa != w.requested:
+            if not w.baseline:
+                print(
+                    f"  ISA {w.requested}: not available on this CPU (the library chose {w.isa}); left out",
+                    file=sys.stderr,
+                )
             w.stop()
             continue
         workers.append(w)
-        if baseline:
-            workers.append(IsaWorker(isa, baseline))
     return workers
 
 

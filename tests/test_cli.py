@@ -257,7 +257,9 @@ needs_bench = pytest.mark.skipif(cli.find_bench() is None, reason="bench/bench.p
 
 @needs_bench
 def test_bench_smoke(tmp_path, capsys):
-    """One tiny case, quick; checks the table's shape and the JSON, never the timings."""
+    """One tiny case, quick, with --baseline (another build timed in the same rounds; here the library against
+    itself, so the same bits); checks the table's shape and the JSON, never the timings."""
+    library = onnx_pools.get_library_path()
     j = tmp_path / "b.json"
     md = tmp_path / "b.md"
     code, out, err = run_cli(
@@ -273,6 +275,8 @@ def test_bench_smoke(tmp_path, capsys):
         j,
         "--markdown",
         md,
+        "--baseline",
+        library,
     )
     assert code == 0, err
     lines = [line for line in out.splitlines() if line.startswith("|")]
@@ -286,6 +290,10 @@ def test_bench_smoke(tmp_path, capsys):
     assert {r.strip("|").split("|")[1].strip() for r in rows} >= isas
     assert cells[0] == "GlobalMaxPool f32 1x8x8x8" and cells[2] == "1"
     assert cells[cols.index("lib kernel ran")] == "yes"
+    assert cols[-3:] == ["baseline ms", "speed-up vs baseline", "same bits as baseline"]
+    for row in rows:  # one row per case and ISA: the baseline is a column, not a row
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[-1] == "yes" and float(cells[-3]) > 0
     assert "read-bandwidth ceiling at 1 thread(s)" in out
     data = json.loads(j.read_text())
     assert len(data["results"]) == len(rows)
@@ -317,20 +325,7 @@ def test_bench_scaling_rows(capsys):
 
 
 @needs_bench
-def test_bench_baseline_columns(capsys):
-    """--baseline times another build in the same rounds; the library against itself gives the same bits."""
-    library = onnx_pools.get_library_path()
-    code, out, err = run_cli(
-        capsys, "bench", "--quick", "--small", "--cases", "GlobalAveragePool f32 1x8", "--threads", "1",
-        "--isa", "portable", "--baseline", library,
-    )  # fmt: skip
-    assert code == 0, err
-    header, _, *rows = [line for line in out.splitlines() if line.startswith("|")]
-    cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols[-3:] == ["baseline ms", "speed-up vs baseline", "same bits as baseline"]
-    assert rows
-    for row in rows:  # one row per case and ISA: the baseline is a column, not a row
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1] == "portable" and cells[-1] == "yes" and float(cells[-3]) > 0
+def test_bench_baseline_missing(capsys):
+    """--baseline naming no file is a usage error (the columns themselves: test_bench_smoke)."""
     code, _, err = run_cli(capsys, "bench", "--small", "--baseline", "/no/such/lib.so")
     assert code == 2 and "no such file" in err

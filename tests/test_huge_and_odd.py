@@ -155,25 +155,34 @@ def test_lp_magnitudes_that_change_along_the_data(dtype):
         "normal": 1.0,
         "near max": MAX[dtype] / 8,
     }
-    names = list(levels)
-    for first in names:
-        for second in names:
-            if first == second:
-                continue
-            for split in (63, 1025):
-                length = split + 1100
-                scale = np.where(np.arange(length) < split, levels[first], levels[second])
-                x = R.to_dtype(
-                    rng.uniform(0.5, 1.5, [2, length]) * scale * rng.choice([-1.0, 1.0], [2, length]), dtype
-                )[None]
-                for p in (2, 3):
-                    check_global("GlobalLpPool", dtype, x, p=p, what=f"{first} then {second} at {split}")
-                plane = x.reshape(1, 2, length // 25 if length % 25 == 0 else 1, -1)
-                y, _ = run_op("LpPool", 22, dtype, plane, {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1], "p": 2})
-                with np.errstate(all="ignore"):
-                    ref = R.lp_pool(plane, [1, 3], pads=[0, 1, 0, 1], p=2)
-                assert_close_with_subnormals(y, ref, dtype, plane, f"LpPool {dtype} {first} then {second} at {split}")
-            CASE_COUNTS["huge/odd: magnitudes changing along the data"] += 1
+    pairs = [(first, second) for first in levels for second in levels if first != second]
+    for split in (63, 1025):
+        # Every ordered pair at once, two channels (and two LpPool planes) each: each channel or plane is probed
+        # and scaled on its own, so one session per op tests them all (one per pair took ~9 s per type).
+        length = split + 1100
+        x = np.concatenate(
+            [
+                np.where(np.arange(length) < split, levels[first], levels[second])
+                * rng.uniform(0.5, 1.5, [2, length])
+                * rng.choice([-1.0, 1.0], [2, length])
+                for first, second in pairs
+            ]
+        )
+        x = R.to_dtype(x, dtype)[None]
+        plane = x.reshape(1, x.shape[1], length // 25 if length % 25 == 0 else 1, -1)
+        results = []
+        for p in (2, 3):
+            y, _ = run_op("GlobalLpPool", 22, dtype, x, {"p": p})
+            results.append((y, global_ref("GlobalLpPool", x, p), x, f"GlobalLpPool p={p}"))
+        y, _ = run_op("LpPool", 22, dtype, plane, {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1], "p": 2})
+        with np.errstate(all="ignore"):
+            results.append((y, R.lp_pool(plane, [1, 3], pads=[0, 1, 0, 1], p=2), plane, "LpPool"))
+        for i, (first, second) in enumerate(pairs):
+            pair = slice(2 * i, 2 * i + 2)
+            for y, ref, inp, op in results:
+                what = f"{op} {dtype} {first} then {second} at {split}"
+                assert_close_with_subnormals(y[:, pair], ref[:, pair], dtype, inp[:, pair], what)
+    CASE_COUNTS["huge/odd: magnitudes changing along the data"] += len(pairs)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
