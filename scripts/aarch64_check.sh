@@ -15,6 +15,8 @@
 #        --subset           the CI subset (SUBSET_TIME): the bundled models (every op x type), quantized models,
 #                           errors, loader, registration, concurrency, onnxruntime-extensions
 #      Extra arguments go to pytest (e.g. -k lppool, -x).
+#        --prepare          only the downloads (host tools, qemu, the arm64 sysroot, the aarch64 wheels) into the
+#                           cache, then exit: CI runs it beside the x86-64 build, where the network waits cost nothing
 # qemu: Debian trixie's qemu-user 10.0 (static binary, fetched with apt-get download, not installed).
 # bookworm's qemu-user 7.2 passes the x86 host's /proc/cpuinfo through, and onnxruntime's aarch64 CPU
 # detection then crashes (SIGSEGV on `import onnxruntime`); qemu 8.2+ emulates /proc/cpuinfo for aarch64.
@@ -31,6 +33,7 @@ MODE=full
 case "${1:-}" in
   --full) shift ;;
   --subset) MODE=subset; shift ;;
+  --prepare) MODE=prepare; shift ;;
 esac
 start=$SECONDS
 say() { echo "aarch64 check: $*"; }
@@ -50,7 +53,9 @@ command -v dpkg-deb >/dev/null || missing+=(dpkg)
 if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null || fail "needs ${missing[*]} (apt-get install as root)"
   say "installing ${missing[*]}"
-  $N apt-get update -qq && DEBIAN_FRONTEND=noninteractive $N apt-get install -y -qq "${missing[@]}" >/dev/null
+  # the lock file: scripts/setup.sh may be installing g++ at the same time (CI runs --prepare beside it)
+  flock "${TMPDIR:-/tmp}/onnx-pools-apt.lock" sh -c 'apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null' apt "${missing[@]}"
 fi
 # the host's Debian mirror (as cmake/fetch_ort_headers.sh finds it)
 mirror=""
@@ -152,6 +157,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${reqs[*]}" ]; then
   echo "${reqs[*]}" > "$stamp"
 fi
 say "aarch64 wheels ready in $((SECONDS - t0)) s"
+if [ "$MODE" = prepare ]; then
+  say "downloads ready in $((SECONDS - start)) s (cached in $A)"
+  exit 0
+fi
 
 # ------------------------------------------------------------------------------------------------ cross build + wheel
 t0=$SECONDS

@@ -9,7 +9,8 @@ start=$SECONDS
 if ! command -v g++ >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     step "installing g++ (apt-get)"
-    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+    # the lock file: CI's aarch64 download step (scripts/aarch64_check.sh --prepare) may run apt-get at the same time
+    flock "${TMPDIR:-/tmp}/onnx-pools-apt.lock" sh -c 'apt-get update -qq && apt-get install -y -qq g++ >/dev/null'
   else
     echo "setup: a C++17 compiler (g++) is needed; install it and re-run" >&2
     exit 1
