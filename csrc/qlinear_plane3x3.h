@@ -63,7 +63,16 @@ class Plane3x3Pool {
         w_(g.axes[1].in),
         size_(g.in_size),
         // the bytes a step reads, from its first index - w - 1 to its last + w + 1
-        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)) {}
+        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)),
+        column_sums_(static_cast<size_t>(w_ + 2), 0),
+        scale_outer_(static_cast<size_t>(w_)),
+        scale_middle_(static_cast<size_t>(w_)) {
+    for (int64_t c = 0; c < w_; ++c) {
+      const int64_t columns = c == 0 || c == w_ - 1 ? 2 : 3;
+      scale_outer_[c] = static_cast<float>(requantiser_.window_scale(2 * columns));
+      scale_middle_[c] = static_cast<float>(requantiser_.window_scale(3 * columns));
+    }
+  }
 
   void run(const Q* x, Q* y, int64_t planes) {
     for (int64_t p = 0; p < planes; ++p) {
@@ -74,46 +83,106 @@ class Plane3x3Pool {
   }
 
  private:
-  // One plane: the first row, the rows with a row above and below, the last row.
-  // The steps leave the lanes of columns 0 and w - 1 as the float pass rounds them and only note whether any is
+  // One plane, row by row: the first row, the rows with a row above and below, the last row.
+  // The rows leave the lanes of columns 0 and w - 1 as the float pass rounds them and only note whether any is
   // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
-  // scales a sixth of the edge windows are ties, and settling the vector of each (about a third of the steps, an
-  // unpredictable branch) cost more than the rest of the plane.
-  // With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
+  // scales a sixth of the edge windows are ties, and settling the vector of each cost more than the rest of the
+  // plane. With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
   // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6), so
-  // the steps of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
+  // the rows of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
-    if (ties_at_edges_) {
-      regions<true, false>(x, y, first, last, edge_marks);
-      edge_columns(x, y, 0);
-      edge_columns(x, y, w_ - 1);
-      return;
-    }
-    if (marks_are_ties_) {  // and count_include_pad: no ties anywhere
-      regions<false, false>(x, y, first, last, edge_marks);
-      return;
-    }
-    regions<false, true>(x, y, first, last, edge_marks);
-    if (any_lane(edge_marks)) {
+    const bool outer_marks = !marks_are_ties_ || ties_at_edges_, middle_marks = !marks_are_ties_;
+    rows<false, true>(x, y, 0, 1, first, last, outer_marks, edge_marks);
+    rows<true, true>(x, y, 1, h_ - 1, first, last, middle_marks, edge_marks);
+    rows<true, false>(x, y, h_ - 1, h_, first, last, outer_marks, edge_marks);
+    if (ties_at_edges_ || any_lane(edge_marks)) {
       edge_columns(x, y, 0);
       edge_columns(x, y, w_ - 1);
     }
   }
 
-  // kEdgeMarksApart: see step. kMiddleMarks: whether the rows with a row above and below are marked at all.
-  template <bool kEdgeMarksApart, bool kMiddleMarks>
-  void regions(const Q* x, Q* y, bool first, bool last, Ints& edge_marks) {
-    constexpr bool kOuterMarks = kEdgeMarksApart || kMiddleMarks;
-    region<false, true, kEdgeMarksApart, kOuterMarks>(x, y, 0, w_, first, last, edge_marks);
-    if (h_ > 2) region<true, true, kEdgeMarksApart, kMiddleMarks>(x, y, w_, size_ - w_, first, last, edge_marks);
-    region<true, false, kEdgeMarksApart, kOuterMarks>(x, y, size_ - w_, size_, first, last, edge_marks);
+  template <bool kUp, bool kDown>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
+    if (marks) {
+      rows<kUp, kDown, true>(x, y, begin, end, first, last, edge_marks);
+    } else {
+      rows<kUp, kDown, false>(x, y, begin, end, first, last, edge_marks);
+    }
   }
 
-  // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
-  // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
-  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
-  void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
+  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown). Per row:
+  // the column sums of its window rows (less x_zero_point per element) into column_sums_, then each output adds
+  // three neighbouring column sums (the pad columns hold 0) and is requantised as Requantiser::span does (same
+  // float operations, same marks), in steps of kStep outputs (the last moved back to end at w). Marks are only
+  // gathered over the row (kMarks); a row with any is done again by settle_row.
+  template <bool kUp, bool kDown, bool kMarks>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
+    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    const float* scale = (rows_valid == 3 ? scale_middle_ : scale_outer_).data();
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    for (int64_t r = begin; r < end; ++r) {
+      column_sums<kUp, kDown>(x + r * w_);
+      Ints row_marks{};
+      for (int64_t j = 0;; j += kStep) {
+        j = min_of(j, w_ - kStep);
+        Ints rounded[4];
+        for (int v = 0; v < 4; ++v) {
+          Ints marked;
+          rounded[v] = requantised(j + v * kLength, scale, zero_point, marked);
+          if constexpr (kMarks) row_marks |= marked;
+        }
+        Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + r * w_ + j);
+        if (j + kStep >= w_) break;
+      }
+      if (kMarks && __builtin_expect(any_lane(row_marks), 0)) {
+        settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
+      }
+    }
+  }
+
+  // column_sums_[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less
+  // x_zero_point per row (so that a window's three of them add up to its difference from its zero sum). In
+  // int16 (at most 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
+  template <bool kUp, bool kDown>
+  void column_sums(const Q* xr) {
+    constexpr bool kSigned = std::is_signed_v<Q>;
+    constexpr int rows_valid = 1 + kUp + kDown;
+    auto widened = [](const Q* p) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+    };
+    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    int16_t* out = column_sums_.data() + 1;
+    const int64_t w = w_;
+    for (int64_t c = 0;; c += 16) {
+      c = min_of<int64_t>(c, w - 16);
+      __m256i s = _mm256_sub_epi16(widened(xr + c), zero_sum);
+      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + c - w));
+      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + c + w));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), s);
+      if (c + 16 >= w) break;
+    }
+  }
+
+  // The float pass of the kLength outputs from column c of the current row (Lanes::requantised of the window's
+  // difference from its zero sum, with the window's scale from the row's scales).
+  Ints requantised(int64_t c, const float* scale, Floats zero_point, Ints& marked) const {
+    auto sums_at = [&](int64_t at) {  // column_sums_[at .. at + kLength) widened to int32
+      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(column_sums_.data() + at))));
+    };
+    const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
+    Floats s;
+    std::memcpy(&s, scale + c, sizeof s);
+    return Lanes::requantised(difference, s, zero_point, marked);
+  }
+
+  // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
+  // the other marked values settled a vector at a time (settled). The vectors' input bytes around them come from
+  // the plane, or at the call's first or last plane, where they reach outside it, from a zero-padded copy.
+  template <bool kUp, bool kDown>
+  __attribute__((noinline)) void settle_row(const Q* x, Q* y, int64_t r, bool first, bool last, const float* scale,
+                                            Floats zero_point, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
@@ -121,23 +190,31 @@ class Plane3x3Pool {
                             Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 2),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 3)),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 2)), iota};
-    int64_t i = begin, col = begin % w_;
-    while (true) {
+    for (int64_t j = 0;; j += kStep) {
+      j = min_of(j, w_ - kStep);
+      const int64_t i = r * w_ + j;
       const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kStep + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      const Q* at = x + i;
       if ((first && lo < 0) || (last && hi > size_)) {
         Q* copy = edge_copy_.data();
         const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
         std::memset(copy, 0, static_cast<size_t>(hi - lo));
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
-        step<kUp, kDown, kEdgeMarksApart, kMarks>(copy + (i - lo), y, i, col, k, edge_marks);
-      } else {
-        step<kUp, kDown, kEdgeMarksApart, kMarks>(x + i, y, i, col, k, edge_marks);
+        at = copy + (i - lo);
       }
-      if (i + kStep >= end) break;
-      const int64_t next = min_of(i + kStep, end - kStep);
-      col += next - i;  // next - i <= kStep <= w: one wrap at most
-      if (col >= w_) col -= w_;
-      i = next;
+      Ints rounded[4];
+      for (int v = 0; v < 4; ++v) {
+        const int64_t c = j + v * kLength;
+        Ints marks;
+        rounded[v] = requantised(c, scale, zero_point, marks);
+        const Ints col = iota + static_cast<int32_t>(c);
+        const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
+        edge_marks |= marks & edge;
+        marks &= ~edge;
+        if (any_lane(marks)) rounded[v] = settled<kUp, kDown>(at + v * kLength, c, k, marks, rounded[v]);
+      }
+      Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + i);
+      if (j + kStep >= w_) break;
     }
   }
 
@@ -146,45 +223,6 @@ class Plane3x3Pool {
     Floats scale_full, scale_edge;  // Requantiser::window_scale of the same
     Ints iota;                      // 0, 1, ... kLength - 1
   };
-
-  // Outputs [i, i + kStep), output i at column `col`; at: the input element i (in the plane or in a
-  // copy of the bytes around it). The marks of lanes in column 0 or w - 1 are added to edge_marks, not settled:
-  // taken apart from the others in every vector (kEdgeMarksApart: where edge windows are often marked, e.g. equal
-  // scales) or only once a step has marks (three operations less per vector where marks are rare).
-  // Without kMarks, the values are only rounded (no value of these windows can be marked, see plane()).
-  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
-  void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
-    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    Ints rounded[4], marks[4] = {};
-    for (int v = 0; v < 4; ++v) {
-      const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
-      const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
-      Ints marked;
-      rounded[v] = Lanes::requantised(window.sum - window.zero_sum, scale, zero_point, marked);
-      if constexpr (!kMarks) continue;
-      marks[v] = marked;
-      if constexpr (kEdgeMarksApart) {
-        edge_marks |= marks[v] & window.edge;
-        marks[v] &= ~window.edge;
-      }
-    }
-    if (kMarks && __builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
-      for (int v = 0; v < 4; ++v) {
-        if constexpr (!kEdgeMarksApart) {
-          Ints c = k.iota + static_cast<int32_t>(col + v * kLength);  // as window_at
-          c = c >= static_cast<int32_t>(w_) ? c - static_cast<int32_t>(w_) : c;
-          const Ints edge = (c == 0) | (c == static_cast<int32_t>(w_ - 1));
-          edge_marks |= marks[v] & edge;
-          marks[v] &= ~edge;
-        }
-        if (any_lane(marks[v])) {
-          rounded[v] = settled<kUp, kDown>(at + v * kLength, col + v * kLength, k, marks[v], rounded[v]);
-        }
-      }
-    }
-    Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + i);
-  }
-
   // kLength windows from the one centred on p, at column col (before the wrap to the next row)
   struct Window {
     Ints left_in, right_in;  // whether the window's left / right column lies in the plane
@@ -416,5 +454,8 @@ class Plane3x3Pool {
   const bool marks_are_ties_;
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
   const int64_t h_, w_, size_;
-  std::vector<Q> edge_copy_;  // a step's bytes at the call's first or last plane, zero outside the planes
+  std::vector<Q> edge_copy_;          // a step's bytes at the call's first or last plane, zero outside the planes
+  std::vector<int16_t> column_sums_;  // of the current row (see column_sums), with a 0 for each pad column
+  std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
+  std::vector<float> scale_middle_;   // and in the rows between
 };
