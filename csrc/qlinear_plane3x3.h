@@ -64,9 +64,10 @@ class Plane3x3Pool {
         size_(g.in_size),
         // the bytes a step reads, from its first index - w - 1 to its last + w + 1
         edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)),
-        column_sums_(static_cast<size_t>(w_ + 2), 0),
+        column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
         scale_outer_(static_cast<size_t>(w_)),
-        scale_middle_(static_cast<size_t>(w_)) {
+        scale_middle_(static_cast<size_t>(w_)),
+        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0) {
     for (int64_t c = 0; c < w_; ++c) {
       const int64_t columns = c == 0 || c == w_ - 1 ? 2 : 3;
       scale_outer_[c] = static_cast<float>(requantiser_.window_scale(2 * columns));
@@ -97,8 +98,8 @@ class Plane3x3Pool {
     rows<true, true>(x, y, 1, h_ - 1, first, last, middle_marks, edge_marks);
     rows<true, false>(x, y, h_ - 1, h_, first, last, outer_marks, edge_marks);
     if (ties_at_edges_ || any_lane(edge_marks)) {
-      edge_columns(x, y, 0);
-      edge_columns(x, y, w_ - 1);
+      edge_columns(y, 0);
+      edge_columns(y, w_ - 1);
     }
   }
 
@@ -114,26 +115,38 @@ class Plane3x3Pool {
   // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown). Per row:
   // the column sums of its window rows (less x_zero_point per element) into column_sums_, then each output adds
   // three neighbouring column sums (the pad columns hold 0) and is requantised as Requantiser::span does (same
-  // float operations, same marks), in steps of kStep outputs (the last moved back to end at w). Marks are only
+  // float operations, same marks), in steps of kStep outputs, the rest a vector at a time. Marks are only
   // gathered over the row (kMarks); a row with any is done again by settle_row.
   template <bool kUp, bool kDown, bool kMarks>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     const float* scale = (rows_valid == 3 ? scale_middle_ : scale_outer_).data();
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    if (begin < end) column_sums<kUp, kDown>(x + begin * w_, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
-      column_sums<kUp, kDown>(x + r * w_);
+      // the next row's sums first: loaded right after their stores, they waited for them (store forwarding
+      // fails for loads across two stores)
+      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * w_, row_sums(r + 1));
+      const int16_t* sums = row_sums(r);
+      std::memcpy(edge_dwords(0) + r + 1, x + r * w_, sizeof(int32_t));  // for edge_columns
+      std::memcpy(edge_dwords(1) + r + 1, x + r * w_ + w_ - 4, sizeof(int32_t));
       Ints row_marks{};
-      for (int64_t j = 0;; j += kStep) {
-        j = min_of(j, w_ - kStep);
+      Q* yr = y + r * w_;
+      int64_t j = 0;
+      for (; j + kStep <= w_; j += kStep) {
         Ints rounded[4];
         for (int v = 0; v < 4; ++v) {
           Ints marked;
-          rounded[v] = requantised(j + v * kLength, scale, zero_point, marked);
+          rounded[v] = requantised(sums, j + v * kLength, scale, zero_point, marked);
           if constexpr (kMarks) row_marks |= marked;
         }
-        Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + r * w_ + j);
-        if (j + kStep >= w_) break;
+        Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], yr + j);
+      }
+      for (; j < w_; j += kLength) {  // the rest a vector at a time, the last moved back to end at w
+        j = min_of(j, w_ - kLength);
+        Ints marked;
+        narrow_one(requantised(sums, j, scale, zero_point, marked), yr + j);
+        if constexpr (kMarks) row_marks |= marked;
       }
       if (kMarks && __builtin_expect(any_lane(row_marks), 0)) {
         settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
@@ -141,11 +154,11 @@ class Plane3x3Pool {
     }
   }
 
-  // column_sums_[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less
-  // x_zero_point per row (so that a window's three of them add up to its difference from its zero sum). In
-  // int16 (at most 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
+  // out[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less x_zero_point per
+  // row (so that a window's three of them add up to its difference from its zero sum). In int16 (at most
+  // 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
   template <bool kUp, bool kDown>
-  void column_sums(const Q* xr) {
+  void column_sums(const Q* xr, int16_t* out_padded) {
     constexpr bool kSigned = std::is_signed_v<Q>;
     constexpr int rows_valid = 1 + kUp + kDown;
     auto widened = [](const Q* p) {
@@ -153,7 +166,7 @@ class Plane3x3Pool {
       return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
     };
     const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
-    int16_t* out = column_sums_.data() + 1;
+    int16_t* out = out_padded + 1;
     const int64_t w = w_;
     for (int64_t c = 0;; c += 16) {
       c = min_of<int64_t>(c, w - 16);
@@ -165,11 +178,14 @@ class Plane3x3Pool {
     }
   }
 
-  // The float pass of the kLength outputs from column c of the current row (Lanes::requantised of the window's
-  // difference from its zero sum, with the window's scale from the row's scales).
-  Ints requantised(int64_t c, const float* scale, Floats zero_point, Ints& marked) const {
-    auto sums_at = [&](int64_t at) {  // column_sums_[at .. at + kLength) widened to int32
-      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(column_sums_.data() + at))));
+  // Output row r's column sums (see column_sums): two rows' buffers, used in turn.
+  int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (w_ + 2); }
+
+  // The float pass of the kLength outputs from column c of a row with column sums `sums` (Lanes::requantised of
+  // the window's difference from its zero sum, with the window's scale from the row's scales).
+  static Ints requantised(const int16_t* sums, int64_t c, const float* scale, Floats zero_point, Ints& marked) {
+    auto sums_at = [&](int64_t at) {  // sums[at .. at + kLength) widened to int32
+      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + at))));
     };
     const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
     Floats s;
@@ -190,10 +206,10 @@ class Plane3x3Pool {
                             Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 2),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 3)),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 2)), iota};
-    for (int64_t j = 0;; j += kStep) {
-      j = min_of(j, w_ - kStep);
+    for (int64_t j = 0; j < w_; j += kLength) {
+      j = min_of(j, w_ - kLength);
       const int64_t i = r * w_ + j;
-      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kStep + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kLength + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
       const Q* at = x + i;
       if ((first && lo < 0) || (last && hi > size_)) {
         Q* copy = edge_copy_.data();
@@ -202,20 +218,26 @@ class Plane3x3Pool {
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
         at = copy + (i - lo);
       }
-      Ints rounded[4];
-      for (int v = 0; v < 4; ++v) {
-        const int64_t c = j + v * kLength;
-        Ints marks;
-        rounded[v] = requantised(c, scale, zero_point, marks);
-        const Ints col = iota + static_cast<int32_t>(c);
-        const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
-        edge_marks |= marks & edge;
-        marks &= ~edge;
-        if (any_lane(marks)) rounded[v] = settled<kUp, kDown>(at + v * kLength, c, k, marks, rounded[v]);
-      }
-      Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + i);
-      if (j + kStep >= w_) break;
+      Ints marks;
+      Ints rounded = requantised(row_sums(r), j, scale, zero_point, marks);
+      const Ints col = iota + static_cast<int32_t>(j);
+      const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
+      edge_marks |= marks & edge;
+      marks &= ~edge;
+      if (any_lane(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
+      narrow_one(rounded, y + i);
     }
+  }
+
+  // The first (side 0) or last (side 1) four bytes of each row of the plane, row r at r + 1, 0 before the first
+  // row and after the last (edge_columns loads a vector from any row -1 .. h - 1).
+  int32_t* edge_dwords(int side) { return edge_dwords_.data() + side * (h_ + 2 + kLength); }
+
+  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
+  static void narrow_one(Ints a, Q* out) {
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
+    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
   }
 
   struct RegionConstants {
@@ -298,38 +320,21 @@ class Plane3x3Pool {
   // h; lanes past h left out where the plane has fewer rows): the float pass's value as step() rounds it, and where
   // it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's elements
   // in row-major order: per row, its left column then its right). Every lane computed, the results selected.
-  void edge_columns(const Q* x, Q* y, int64_t c) const {
+  void edge_columns(Q* y, int64_t c) {
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     // per lane, the two elements of one row of the window: a dword holding them read from the row (at its start,
     // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
-    const int64_t dword_at = c == 0 ? 0 : w_ - 4;
     const int first_shift = c == 0 ? 0 : 16;
-    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere). One
-    // gather of the group's rows (d = 1); the rows above and below are that vector moved a lane, with the row
-    // before the group or after it put in the free lane: a gather costs about as much as the rest of the group.
-    const Ints offsets = iota * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);  // within int32:
-    const bool gather = w_ <= (int64_t{1} << 26);                                           // w <= 2^26
+    // lane k: row k + d - 1 of the group whose first row is r0, where `valid` (0 elsewhere). rows() copied the
+    // dwords of all rows into edge_dwords_, so that each group loads them as plain vectors: a gather per group
+    // cost about as much as the rest of the group (and copied here, just before, the loads waited for the stores).
     const int64_t w = w_;  // a local: the byte stores below may alias any member
-    auto dwords_of = [&](const Q* base, const Ints(&valid)[3], Ints(&dwords)[3]) {
-      for (int d = 0; d < 3; ++d) dwords[d] = Ints{};
-      if (gather) {
-        const __m256i mid = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base),
-                                                        __m256i(offsets), __m256i(valid[1]), 1);
-        int32_t before = 0, after = 0;
-        if (valid[0][0]) std::memcpy(&before, base - w + dword_at, sizeof before);
-        if (valid[2][kLength - 1]) std::memcpy(&after, base + kLength * w + dword_at, sizeof after);
-        const __m256i up = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6));
-        const __m256i down = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
-        dwords[0] = Ints(_mm256_blend_epi32(up, _mm256_set1_epi32(before), 0x01)) & valid[0];
-        dwords[1] = Ints(mid);
-        dwords[2] = Ints(_mm256_blend_epi32(down, _mm256_set1_epi32(after), 0x80)) & valid[2];
-        return;
-      }
+    const int32_t* row_dwords = edge_dwords(c == 0 ? 0 : 1);
+    auto dwords_of = [&](int64_t r0, const Ints(&valid)[3], Ints(&dwords)[3]) {
       for (int d = 0; d < 3; ++d) {
-        for (int k = 0; k < kLength; ++k) {
-          if (valid[d][k]) std::memcpy(&dwords[d][k], base + (k + d - 1) * w + dword_at, sizeof(int32_t));
-        }
+        // (a load, not a memcpy: GCC built the vector on the stack from two halves and waited for the stores)
+        dwords[d] = Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_dwords + r0 + d))) & valid[d];
       }
     };
     auto pair = [&](const Ints& dwords, Ints& first, Ints& second) {
@@ -364,7 +369,7 @@ class Plane3x3Pool {
         const Ints row = iota + (d - 1);  // relative to r0
         valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
       }
-      dwords_of(x + r0 * w, valid, dwords);
+      dwords_of(r0, valid, dwords);
       for (int d = 0; d < 3; ++d) {
         pair(dwords[d], first[d], second[d]);
         sum += first[d] + second[d];
@@ -455,7 +460,8 @@ class Plane3x3Pool {
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
   const int64_t h_, w_, size_;
   std::vector<Q> edge_copy_;          // a step's bytes at the call's first or last plane, zero outside the planes
-  std::vector<int16_t> column_sums_;  // of the current row (see column_sums), with a 0 for each pad column
+  std::vector<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column
   std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
   std::vector<float> scale_middle_;   // and in the rows between
+  std::vector<int32_t> edge_dwords_;  // see edge_dwords
 };
