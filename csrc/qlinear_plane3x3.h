@@ -182,7 +182,8 @@ class Plane3x3Pool {
   int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (w_ + 2); }
 
   // The float pass of the kLength outputs from column c of a row with column sums `sums` (Lanes::requantised of
-  // the window's difference from its zero sum, with the window's scale from the row's scales).
+  // the window's difference from its zero sum, with the window's scale from the row's scales): the same
+  // rounded values and marks.
   static Ints requantised(const int16_t* sums, int64_t c, const float* scale, Floats zero_point, Ints& marked) {
     auto sums_at = [&](int64_t at) {  // sums[at .. at + kLength) widened to int32
       return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + at))));
@@ -190,7 +191,13 @@ class Plane3x3Pool {
     const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
     Floats s;
     std::memcpy(&s, scale + c, sizeof s);
-    return Lanes::requantised(difference, s, zero_point, marked);
+    // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
+    // magic-number addition rounds in too), the mark as |off| > band
+    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * s + zero_point);
+    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
+    const Floats off = value - __builtin_convertvector(rounded, Floats);
+    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
+    return rounded;
   }
 
   // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
