@@ -18,20 +18,19 @@ inline bool any_lane(Ints m) {
 }
 
 // Per plane of h x w: output (r, c) sums input rows r-1..r+1 and columns c-1..c+1 that lie in the plane. The plane
-// is taken as one flat array, a step of kStep outputs at a time: each lane adds the column sums at its flat
-// index - 1, + 0 and + 1, the outer two masked off in the lanes of column 0 and column w - 1 (where the flat
-// neighbour belongs to the next or previous row); the first row and the last row are steps of their own, without
-// the row above or below. Each value is requantised as Requantiser::span does (same float operations, same marks);
-// marked values are settled exactly in double, and those on a tie are evaluated as ORT does (ort_float_value_2d),
-// kLength windows per vector (settled), except in columns 0 and w - 1, settled down the columns (edge_columns).
-// Planes of at least kStep columns (a step wraps past a row end at most once).
+// is taken row by row: the column sums of the row's window rows (less x_zero_point per element, so that pads add
+// 0) into a row buffer with a 0 on each side, then each output adds three neighbouring column sums and takes its
+// window's scale from a per-column array (no per-lane column masks). Each value is requantised as
+// Requantiser::span does (same values, same marks); marked values are settled exactly in double, and those on a
+// tie are evaluated as ORT does (ort_float_value_2d), kLength windows per vector (settled), except in columns 0
+// and w - 1, settled down the columns (edge_columns). Planes of at least kStep columns.
 template <class Q>
 class Plane3x3Pool {
  public:
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
   static_assert(kLength == Lanes::kLength);
-  static constexpr int64_t kStep = 4 * kLength;  // outputs per step: the four vectors Lanes::narrow packs
+  static constexpr int64_t kStep = 4 * kLength;  // outputs per step of a row: the four vectors Lanes::narrow packs
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
   typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
@@ -62,7 +61,7 @@ class Plane3x3Pool {
         h_(g.axes[0].in),
         w_(g.axes[1].in),
         size_(g.in_size),
-        // the bytes a step reads, from its first index - w - 1 to its last + w + 1
+        // the bytes settle_row reads around a vector, from its first index - w - 1 to its last + w + 1
         edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)),
         column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
         scale_outer_(static_cast<size_t>(w_)),
@@ -324,9 +323,9 @@ class Plane3x3Pool {
   }
 
   // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
-  // h; lanes past h left out where the plane has fewer rows): the float pass's value as step() rounds it, and where
-  // it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's elements
-  // in row-major order: per row, its left column then its right). Every lane computed, the results selected.
+  // h; lanes past h left out where the plane has fewer rows): the float pass's value as the row pass rounds it, and
+  // where it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's
+  // elements in row-major order: per row, its left column then its right). Every lane computed, the results selected.
   void edge_columns(Q* y, int64_t c) {
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
