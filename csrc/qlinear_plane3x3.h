@@ -18,20 +18,19 @@ inline bool any_lane(Ints m) {
 }
 
 // Per plane of h x w: output (r, c) sums input rows r-1..r+1 and columns c-1..c+1 that lie in the plane. The plane
-// is taken as one flat array, a step of kStep outputs at a time: each lane adds the column sums at its flat
-// index - 1, + 0 and + 1, the outer two masked off in the lanes of column 0 and column w - 1 (where the flat
-// neighbour belongs to the next or previous row); the first row and the last row are steps of their own, without
-// the row above or below. Each value is requantised as Requantiser::span does (same float operations, same marks);
-// marked values are settled exactly in double, and those on a tie are evaluated as ORT does (ort_float_value_2d),
-// kLength windows per vector (settled), except in columns 0 and w - 1, settled down the columns (edge_columns).
-// Planes of at least kStep columns (a step wraps past a row end at most once).
+// is taken row by row: the column sums of the row's window rows (less x_zero_point per element, so that pads add
+// 0) into a row buffer with a 0 on each side, then each output adds three neighbouring column sums and takes its
+// window's scale from a per-column array (no per-lane column masks). Each value is requantised as
+// Requantiser::span does (same values, same marks); marked values are settled exactly in double, and those on a
+// tie are evaluated as ORT does (ort_float_value_2d), kLength windows per vector (settled), except in columns 0
+// and w - 1, settled down the columns (edge_columns). Planes of at least kStep columns.
 template <class Q>
 class Plane3x3Pool {
  public:
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
   static_assert(kLength == Lanes::kLength);
-  static constexpr int64_t kStep = 4 * kLength;  // outputs per step: the four vectors Lanes::narrow packs
+  static constexpr int64_t kStep = 4 * kLength;  // outputs per step of a row: the four vectors Lanes::narrow packs
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
   typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
@@ -62,8 +61,18 @@ class Plane3x3Pool {
         h_(g.axes[0].in),
         w_(g.axes[1].in),
         size_(g.in_size),
-        // the bytes a step reads, from its first index - w - 1 to its last + w + 1
-        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)) {}
+        // the bytes settle_row reads around a vector, from its first index - w - 1 to its last + w + 1
+        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)),
+        column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
+        scale_outer_(static_cast<size_t>(w_)),
+        scale_middle_(static_cast<size_t>(w_)),
+        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0) {
+    for (int64_t c = 0; c < w_; ++c) {
+      const int64_t columns = c == 0 || c == w_ - 1 ? 2 : 3;
+      scale_outer_[c] = static_cast<float>(requantiser_.window_scale(2 * columns));
+      scale_middle_[c] = static_cast<float>(requantiser_.window_scale(3 * columns));
+    }
+  }
 
   void run(const Q* x, Q* y, int64_t planes) {
     for (int64_t p = 0; p < planes; ++p) {
@@ -74,46 +83,128 @@ class Plane3x3Pool {
   }
 
  private:
-  // One plane: the first row, the rows with a row above and below, the last row.
-  // The steps leave the lanes of columns 0 and w - 1 as the float pass rounds them and only note whether any is
+  // One plane, row by row: the first row, the rows with a row above and below, the last row.
+  // The rows leave the lanes of columns 0 and w - 1 as the float pass rounds them and only note whether any is
   // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
-  // scales a sixth of the edge windows are ties, and settling the vector of each (about a third of the steps, an
-  // unpredictable branch) cost more than the rest of the plane.
-  // With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
+  // scales a sixth of the edge windows are ties, and settling the vector of each cost more than the rest of the
+  // plane. With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
   // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6), so
-  // the steps of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
+  // the rows of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
-    if (ties_at_edges_) {
-      regions<true, false>(x, y, first, last, edge_marks);
-      edge_columns(x, y, 0);
-      edge_columns(x, y, w_ - 1);
-      return;
-    }
-    if (marks_are_ties_) {  // and count_include_pad: no ties anywhere
-      regions<false, false>(x, y, first, last, edge_marks);
-      return;
-    }
-    regions<false, true>(x, y, first, last, edge_marks);
-    if (any_lane(edge_marks)) {
-      edge_columns(x, y, 0);
-      edge_columns(x, y, w_ - 1);
+    const bool outer_marks = !marks_are_ties_ || ties_at_edges_, middle_marks = !marks_are_ties_;
+    rows<false, true>(x, y, 0, 1, first, last, outer_marks, edge_marks);
+    rows<true, true>(x, y, 1, h_ - 1, first, last, middle_marks, edge_marks);
+    rows<true, false>(x, y, h_ - 1, h_, first, last, outer_marks, edge_marks);
+    if (ties_at_edges_ || any_lane(edge_marks)) {
+      edge_columns(y, 0);
+      edge_columns(y, w_ - 1);
     }
   }
 
-  // kEdgeMarksApart: see step. kMiddleMarks: whether the rows with a row above and below are marked at all.
-  template <bool kEdgeMarksApart, bool kMiddleMarks>
-  void regions(const Q* x, Q* y, bool first, bool last, Ints& edge_marks) {
-    constexpr bool kOuterMarks = kEdgeMarksApart || kMiddleMarks;
-    region<false, true, kEdgeMarksApart, kOuterMarks>(x, y, 0, w_, first, last, edge_marks);
-    if (h_ > 2) region<true, true, kEdgeMarksApart, kMiddleMarks>(x, y, w_, size_ - w_, first, last, edge_marks);
-    region<true, false, kEdgeMarksApart, kOuterMarks>(x, y, size_ - w_, size_, first, last, edge_marks);
+  template <bool kUp, bool kDown>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
+    if (marks) {
+      rows<kUp, kDown, true>(x, y, begin, end, first, last, edge_marks);
+    } else {
+      rows<kUp, kDown, false>(x, y, begin, end, first, last, edge_marks);
+    }
   }
 
-  // Outputs [begin, end) of rows sharing which neighbour rows they have (above: kUp, below: kDown), in steps;
-  // the last step moved back to end at `end` (recomputing a few outputs) so that every step is whole.
-  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
-  void region(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
+  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown). Per row:
+  // the column sums of its window rows (less x_zero_point per element) into column_sums_, then each output adds
+  // three neighbouring column sums (the pad columns hold 0) and is requantised as Requantiser::span does (same
+  // float operations, same marks), in steps of kStep outputs, the rest a vector at a time. Marks are only
+  // gathered over the row (kMarks); a row with any is done again by settle_row.
+  template <bool kUp, bool kDown, bool kMarks>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
+    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    const float* scale = (rows_valid == 3 ? scale_middle_ : scale_outer_).data();
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    if (begin < end) column_sums<kUp, kDown>(x + begin * w_, row_sums(begin));
+    for (int64_t r = begin; r < end; ++r) {
+      // the next row's sums first: loaded right after their stores, they waited for them (store forwarding
+      // fails for loads across two stores)
+      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * w_, row_sums(r + 1));
+      const int16_t* sums = row_sums(r);
+      std::memcpy(edge_dwords(0) + r + 1, x + r * w_, sizeof(int32_t));  // for edge_columns
+      std::memcpy(edge_dwords(1) + r + 1, x + r * w_ + w_ - 4, sizeof(int32_t));
+      Ints row_marks{};
+      Q* yr = y + r * w_;
+      int64_t j = 0;
+      for (; j + kStep <= w_; j += kStep) {
+        Ints rounded[4];
+        for (int v = 0; v < 4; ++v) {
+          Ints marked;
+          rounded[v] = requantised(sums, j + v * kLength, scale, zero_point, marked);
+          if constexpr (kMarks) row_marks |= marked;
+        }
+        Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], yr + j);
+      }
+      for (; j < w_; j += kLength) {  // the rest a vector at a time, the last moved back to end at w
+        j = min_of(j, w_ - kLength);
+        Ints marked;
+        narrow_one(requantised(sums, j, scale, zero_point, marked), yr + j);
+        if constexpr (kMarks) row_marks |= marked;
+      }
+      if (kMarks && __builtin_expect(any_lane(row_marks), 0)) {
+        settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
+      }
+    }
+  }
+
+  // out[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less x_zero_point per
+  // row (so that a window's three of them add up to its difference from its zero sum). In int16 (at most
+  // 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
+  template <bool kUp, bool kDown>
+  void column_sums(const Q* xr, int16_t* out_padded) {
+    constexpr bool kSigned = std::is_signed_v<Q>;
+    constexpr int rows_valid = 1 + kUp + kDown;
+    auto widened = [](const Q* p) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+    };
+    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    int16_t* out = out_padded + 1;
+    const int64_t w = w_;
+    for (int64_t c = 0;; c += 16) {
+      c = min_of<int64_t>(c, w - 16);
+      __m256i s = _mm256_sub_epi16(widened(xr + c), zero_sum);
+      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + c - w));
+      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + c + w));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), s);
+      if (c + 16 >= w) break;
+    }
+  }
+
+  // Output row r's column sums (see column_sums): two rows' buffers, used in turn.
+  int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (w_ + 2); }
+
+  // The float pass of the kLength outputs from column c of a row with column sums `sums` (Lanes::requantised of
+  // the window's difference from its zero sum, with the window's scale from the row's scales): the same
+  // rounded values and marks.
+  static Ints requantised(const int16_t* sums, int64_t c, const float* scale, Floats zero_point, Ints& marked) {
+    auto sums_at = [&](int64_t at) {  // sums[at .. at + kLength) widened to int32
+      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + at))));
+    };
+    const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
+    Floats s;
+    std::memcpy(&s, scale + c, sizeof s);
+    // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
+    // magic-number addition rounds in too), the mark as |off| > band
+    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * s + zero_point);
+    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
+    const Floats off = value - __builtin_convertvector(rounded, Floats);
+    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
+    return rounded;
+  }
+
+  // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
+  // the other marked values settled a vector at a time (settled). The vectors' input bytes around them come from
+  // the plane, or at the call's first or last plane, where they reach outside it, from a zero-padded copy.
+  template <bool kUp, bool kDown>
+  __attribute__((noinline)) void settle_row(const Q* x, Q* y, int64_t r, bool first, bool last, const float* scale,
+                                            Floats zero_point, Ints& edge_marks) {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
@@ -121,24 +212,38 @@ class Plane3x3Pool {
                             Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 2),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 3)),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 2)), iota};
-    int64_t i = begin, col = begin % w_;
-    while (true) {
-      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kStep + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+    for (int64_t j = 0; j < w_; j += kLength) {
+      j = min_of(j, w_ - kLength);
+      const int64_t i = r * w_ + j;
+      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kLength + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      const Q* at = x + i;
       if ((first && lo < 0) || (last && hi > size_)) {
         Q* copy = edge_copy_.data();
         const int64_t from = max_of<int64_t>(lo, 0), to = min_of(hi, size_);
         std::memset(copy, 0, static_cast<size_t>(hi - lo));
         std::memcpy(copy + (from - lo), x + from, static_cast<size_t>(to - from));
-        step<kUp, kDown, kEdgeMarksApart, kMarks>(copy + (i - lo), y, i, col, k, edge_marks);
-      } else {
-        step<kUp, kDown, kEdgeMarksApart, kMarks>(x + i, y, i, col, k, edge_marks);
+        at = copy + (i - lo);
       }
-      if (i + kStep >= end) break;
-      const int64_t next = min_of(i + kStep, end - kStep);
-      col += next - i;  // next - i <= kStep <= w: one wrap at most
-      if (col >= w_) col -= w_;
-      i = next;
+      Ints marks;
+      Ints rounded = requantised(row_sums(r), j, scale, zero_point, marks);
+      const Ints col = iota + static_cast<int32_t>(j);
+      const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
+      edge_marks |= marks & edge;
+      marks &= ~edge;
+      if (any_lane(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
+      narrow_one(rounded, y + i);
     }
+  }
+
+  // The first (side 0) or last (side 1) four bytes of each row of the plane, row r at r + 1, 0 before the first
+  // row and after the last (edge_columns loads a vector from any row -1 .. h - 1).
+  int32_t* edge_dwords(int side) { return edge_dwords_.data() + side * (h_ + 2 + kLength); }
+
+  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
+  static void narrow_one(Ints a, Q* out) {
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
+    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
   }
 
   struct RegionConstants {
@@ -146,45 +251,6 @@ class Plane3x3Pool {
     Floats scale_full, scale_edge;  // Requantiser::window_scale of the same
     Ints iota;                      // 0, 1, ... kLength - 1
   };
-
-  // Outputs [i, i + kStep), output i at column `col`; at: the input element i (in the plane or in a
-  // copy of the bytes around it). The marks of lanes in column 0 or w - 1 are added to edge_marks, not settled:
-  // taken apart from the others in every vector (kEdgeMarksApart: where edge windows are often marked, e.g. equal
-  // scales) or only once a step has marks (three operations less per vector where marks are rare).
-  // Without kMarks, the values are only rounded (no value of these windows can be marked, see plane()).
-  template <bool kUp, bool kDown, bool kEdgeMarksApart, bool kMarks>
-  void step(const Q* at, Q* y, int64_t i, int64_t col, const RegionConstants& k, Ints& edge_marks) const {
-    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    Ints rounded[4], marks[4] = {};
-    for (int v = 0; v < 4; ++v) {
-      const Window window = window_at<kUp, kDown>(at + v * kLength, col + v * kLength, k);
-      const Floats scale = Floats((window.edge & Ints(k.scale_edge)) | (~window.edge & Ints(k.scale_full)));
-      Ints marked;
-      rounded[v] = Lanes::requantised(window.sum - window.zero_sum, scale, zero_point, marked);
-      if constexpr (!kMarks) continue;
-      marks[v] = marked;
-      if constexpr (kEdgeMarksApart) {
-        edge_marks |= marks[v] & window.edge;
-        marks[v] &= ~window.edge;
-      }
-    }
-    if (kMarks && __builtin_expect(any_lane((marks[0] | marks[1]) | (marks[2] | marks[3])), 0)) {
-      for (int v = 0; v < 4; ++v) {
-        if constexpr (!kEdgeMarksApart) {
-          Ints c = k.iota + static_cast<int32_t>(col + v * kLength);  // as window_at
-          c = c >= static_cast<int32_t>(w_) ? c - static_cast<int32_t>(w_) : c;
-          const Ints edge = (c == 0) | (c == static_cast<int32_t>(w_ - 1));
-          edge_marks |= marks[v] & edge;
-          marks[v] &= ~edge;
-        }
-        if (any_lane(marks[v])) {
-          rounded[v] = settled<kUp, kDown>(at + v * kLength, col + v * kLength, k, marks[v], rounded[v]);
-        }
-      }
-    }
-    Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], y + i);
-  }
-
   // kLength windows from the one centred on p, at column col (before the wrap to the next row)
   struct Window {
     Ints left_in, right_in;  // whether the window's left / right column lies in the plane
@@ -257,41 +323,24 @@ class Plane3x3Pool {
   }
 
   // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
-  // h; lanes past h left out where the plane has fewer rows): the float pass's value as step() rounds it, and where
-  // it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's elements
-  // in row-major order: per row, its left column then its right). Every lane computed, the results selected.
-  void edge_columns(const Q* x, Q* y, int64_t c) const {
+  // h; lanes past h left out where the plane has fewer rows): the float pass's value as the row pass rounds it, and
+  // where it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's
+  // elements in row-major order: per row, its left column then its right). Every lane computed, the results selected.
+  void edge_columns(Q* y, int64_t c) {
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     // per lane, the two elements of one row of the window: a dword holding them read from the row (at its start,
     // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
-    const int64_t dword_at = c == 0 ? 0 : w_ - 4;
     const int first_shift = c == 0 ? 0 : 16;
-    // lane k: row k + d - 1 of the group whose first row starts at `base`, where `valid` (0 elsewhere). One
-    // gather of the group's rows (d = 1); the rows above and below are that vector moved a lane, with the row
-    // before the group or after it put in the free lane: a gather costs about as much as the rest of the group.
-    const Ints offsets = iota * static_cast<int32_t>(w_) + static_cast<int32_t>(dword_at);  // within int32:
-    const bool gather = w_ <= (int64_t{1} << 26);                                           // w <= 2^26
+    // lane k: row k + d - 1 of the group whose first row is r0, where `valid` (0 elsewhere). rows() copied the
+    // dwords of all rows into edge_dwords_, so that each group loads them as plain vectors: a gather per group
+    // cost about as much as the rest of the group (and copied here, just before, the loads waited for the stores).
     const int64_t w = w_;  // a local: the byte stores below may alias any member
-    auto dwords_of = [&](const Q* base, const Ints(&valid)[3], Ints(&dwords)[3]) {
-      for (int d = 0; d < 3; ++d) dwords[d] = Ints{};
-      if (gather) {
-        const __m256i mid = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(base),
-                                                        __m256i(offsets), __m256i(valid[1]), 1);
-        int32_t before = 0, after = 0;
-        if (valid[0][0]) std::memcpy(&before, base - w + dword_at, sizeof before);
-        if (valid[2][kLength - 1]) std::memcpy(&after, base + kLength * w + dword_at, sizeof after);
-        const __m256i up = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6));
-        const __m256i down = _mm256_permutevar8x32_epi32(mid, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
-        dwords[0] = Ints(_mm256_blend_epi32(up, _mm256_set1_epi32(before), 0x01)) & valid[0];
-        dwords[1] = Ints(mid);
-        dwords[2] = Ints(_mm256_blend_epi32(down, _mm256_set1_epi32(after), 0x80)) & valid[2];
-        return;
-      }
+    const int32_t* row_dwords = edge_dwords(c == 0 ? 0 : 1);
+    auto dwords_of = [&](int64_t r0, const Ints(&valid)[3], Ints(&dwords)[3]) {
       for (int d = 0; d < 3; ++d) {
-        for (int k = 0; k < kLength; ++k) {
-          if (valid[d][k]) std::memcpy(&dwords[d][k], base + (k + d - 1) * w + dword_at, sizeof(int32_t));
-        }
+        // (a load, not a memcpy: GCC built the vector on the stack from two halves and waited for the stores)
+        dwords[d] = Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_dwords + r0 + d))) & valid[d];
       }
     };
     auto pair = [&](const Ints& dwords, Ints& first, Ints& second) {
@@ -326,7 +375,7 @@ class Plane3x3Pool {
         const Ints row = iota + (d - 1);  // relative to r0
         valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
       }
-      dwords_of(x + r0 * w, valid, dwords);
+      dwords_of(r0, valid, dwords);
       for (int d = 0; d < 3; ++d) {
         pair(dwords[d], first[d], second[d]);
         sum += first[d] + second[d];
@@ -416,5 +465,9 @@ class Plane3x3Pool {
   const bool marks_are_ties_;
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
   const int64_t h_, w_, size_;
-  std::vector<Q> edge_copy_;  // a step's bytes at the call's first or last plane, zero outside the planes
+  std::vector<Q> edge_copy_;          // a step's bytes at the call's first or last plane, zero outside the planes
+  std::vector<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column
+  std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
+  std::vector<float> scale_middle_;   // and in the rows between
+  std::vector<int32_t> edge_dwords_;  // see edge_dwords
 };
