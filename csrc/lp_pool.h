@@ -381,9 +381,9 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
       // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
       // (Tried for the direct paths: each input row's column sums made just before the first output row that
-      // needs it, so the sums' loads overlap the square roots' loop: 3x3 p=2 avx2 8% slower in alternated rounds
-      // (per-round ratio q1-q3 0.87-0.94), portable equal; all of a block's rows first, as here, keeps more misses
-      // in flight. kBlockValues 512 or 2048 instead of 1024: no change.)
+      // needs it, so the sums' loads overlap the square roots' loop: 3x3 p=2 avx2 3-8% slower in alternated
+      // rounds, either order first; portable equal. All of a block's rows first, as here, keeps more misses in
+      // flight. kBlockValues 512 or 2048 instead of 1024: no change.)
       for (int64_t r = 0; r < nb; ++r) {
         for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
