@@ -16,6 +16,9 @@ AccOf<T> exact_window(const T* xp, const PoolGeometry& g, int64_t i, int64_t* in
 
 // A probe of the plane's first elements: if their powers already underflow or overflow, the exponent e that
 // normalises the plane's largest magnitude (the plane is then scaled by 2^e from the start), else 0.
+// (Tried: the verdict from the probe's largest magnitude and a finiteness check, the double sum only when that
+// does not settle it (same verdicts): no faster. Its ~6% of 3x3 p=2 in the profile is the plane's first cache
+// misses, which the sum's arithmetic hides; the path re-reads those values from the cache.)
 template <class T>
 int probe_exponent(const T* xp, int64_t size, AccOf<T>* buffer, const LpNorm& lp) {
   const int64_t n = min_of(kBlock, size);
@@ -377,6 +380,10 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       // visible in the profile of 3x3 over 56-column rows)
       const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
       // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
+      // (Tried for the direct paths: each input row's column sums made just before the first output row that
+      // needs it, so the sums' loads overlap the square roots' loop: 3x3 p=2 avx2 3-8% slower in alternated
+      // rounds, either order first; portable equal. All of a block's rows first, as here, keeps more misses in
+      // flight. kBlockValues 512 or 2048 instead of 1024: no change.)
       for (int64_t r = 0; r < nb; ++r) {
         for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
@@ -512,6 +519,8 @@ struct PairShuffles {
 // (GCC splits the sums and the roots into two loops, which is what runs. Forcing one loop with
 // optimize("no-tree-loop-distribution") measured no faster on avx2 (2x2 s2 p=3 min 3.6 -> 3.8 ms, medians equal):
 // the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
+// (#pragma GCC unroll 2 on the roots' loop, to interleave two vectors' long cube-root chains: no faster, per-round
+// ratio 0.96. Profile of that loop: ~75% of pipelined_row, most samples on the double steps and the conversions.)
 template <int KR, int KC, class A, class Power, class Scale, class Root>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
