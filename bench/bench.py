@@ -680,6 +680,7 @@ def memory_report(requested, markdown_path=None):
 
 # ------------------------------------------------------------------------------------------------ output
 SCALING_ROUNDS = 40  # --scaling: rounds of a few runs each, every thread count of every ISA in each round
+SCALING_TARGET_S = 0.02  # seconds of runs per (ISA, thread count) in each round (see scaling_report)
 SCALING_RUNS = 3
 
 
@@ -687,7 +688,10 @@ def scaling_report(cases, thread_counts, workers, rng, small=False, markdown_pat
     """--scaling: the library's own scaling from 1 to t threads for the compute-bound windowed cases (LpPool,
     QLinearAveragePool), each ISA timed alone: no stock or torch engine in the rounds, whose idle pool threads could
     take a core, and SCALING_ROUNDS rounds instead of ROUNDS, because a ratio of two medians of 5 rounds scatters
-    ±15% on a shared machine. Reports the median times and their ratio, and the quartiles of the per-round ratios."""
+    ±15% on a shared machine. Each turn runs for SCALING_TARGET_S and a multi-threaded one is followed by a pause:
+    with turns of 3 runs, a 2-thread session's spinning threads took a core from the other ISA's 1-thread turn, and
+    with the pause but 3 runs, the 2-thread turns (their threads woken from sleep) ran no faster than 1 thread.
+    Reports the median times and their ratio, and the quartiles of the per-round ratios."""
     lines = [
         "| case | ISA | threads | lib ms (1 thread) | lib ms | scaling | per-round scaling, quartiles | kernel ran |",
         "|---|---|---|---|---|---|---|---|",
@@ -708,10 +712,12 @@ def scaling_report(cases, thread_counts, workers, rng, small=False, markdown_pat
         for _ in range(SCALING_ROUNDS):
             for w in workers:
                 for t in thread_counts:
-                    ts, ran = w.call("time", c.op, t, 0.0, SCALING_RUNS, 0.0)
+                    ts, ran = w.call("time", c.op, t, SCALING_TARGET_S, SCALING_RUNS, 0.0)
                     ok[w.isa] &= ran
                     samples[(w.isa, t)] += ts
                     per_round[(w.isa, t)].append(statistics.median(ts))
+                    if t > 1:  # its pool threads spin on: without the pause they took a core from the next run
+                        time.sleep(SPIN_SETTLE_S)
         for w in workers:
             w.call("clear")
             one = statistics.median(samples[(w.isa, 1)]) * 1e3
