@@ -62,7 +62,7 @@ class Plane3x3Pool {
         w_(g.axes[1].in),
         size_(g.in_size),
         // the bytes settle_row reads around a vector, from its first index - w - 1 to its last + w + 1
-        edge_copy_(static_cast<size_t>(2 * w_ + kStep + 2)),
+        edge_copy_(static_cast<size_t>(2 * w_ + kLength + 2)),
         column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
         scale_outer_(static_cast<size_t>(w_)),
         scale_middle_(static_cast<size_t>(w_)),
@@ -208,7 +208,7 @@ class Plane3x3Pool {
     constexpr int64_t rows_valid = 1 + kUp + kDown;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
-    const RegionConstants k{Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 3),
+    const WindowConstants k{Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 3),
                             Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 2),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 3)),
                             Floats{} + static_cast<float>(requantiser_.window_scale(rows_valid * 2)), iota};
@@ -246,7 +246,8 @@ class Plane3x3Pool {
     _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
   }
 
-  struct RegionConstants {
+  // What window_at needs of the rows it is called for (which of them the windows have: rows_valid)
+  struct WindowConstants {
     Ints zero_full, zero_edge;      // x_zero_point x the elements of a window away from / at a row's end
     Floats scale_full, scale_edge;  // Requantiser::window_scale of the same
     Ints iota;                      // 0, 1, ... kLength - 1
@@ -258,7 +259,7 @@ class Plane3x3Pool {
     Ints sum, zero_sum;      // the window's sum, and x_zero_point x its element count
   };
   template <bool kUp, bool kDown>
-  static Window window_at(const Q* p, int64_t col, const RegionConstants& k, int64_t w) {
+  static Window window_at(const Q* p, int64_t col, const WindowConstants& k, int64_t w) {
     auto column = [&](const Q* q) {  // the column of up to three rows at q
       Ints s = widened(q);
       if constexpr (kUp) s += widened(q - w);
@@ -276,7 +277,7 @@ class Plane3x3Pool {
     return window;
   }
   template <bool kUp, bool kDown>
-  Window window_at(const Q* p, int64_t col, const RegionConstants& k) const {
+  Window window_at(const Q* p, int64_t col, const WindowConstants& k) const {
     return window_at<kUp, kDown>(p, col, k, w_);
   }
 
@@ -287,7 +288,7 @@ class Plane3x3Pool {
   // pass's value where unmarked. Every lane computed, the marked lanes selected: at the cost of about one window
   // per vector, instead of a scalar evaluation per tie (with equal scales a sixth of the edge windows are ties).
   template <bool kUp, bool kDown>
-  __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const RegionConstants& k, Ints marks,
+  __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const WindowConstants& k, Ints marks,
                                          Ints rounded) const {
     const Window window = window_at<kUp, kDown>(p, col, k);
     const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
@@ -465,7 +466,7 @@ class Plane3x3Pool {
   const bool marks_are_ties_;
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
   const int64_t h_, w_, size_;
-  std::vector<Q> edge_copy_;          // a step's bytes at the call's first or last plane, zero outside the planes
+  std::vector<Q> edge_copy_;          // settle_row's bytes at the call's first or last plane, 0 outside the planes
   std::vector<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column
   std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
   std::vector<float> scale_middle_;   // and in the rows between
