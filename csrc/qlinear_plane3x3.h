@@ -66,11 +66,16 @@ class Plane3x3Pool {
         column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
         scale_outer_(static_cast<size_t>(w_)),
         scale_middle_(static_cast<size_t>(w_)),
-        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0) {
+        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0),
+        edge_pairs_(static_cast<size_t>(h_ + 2 + kLength), 0),
+        edge_terms_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0),
+        row_terms_(ties_at_edges_ ? static_cast<size_t>(2 * (w_ + 2)) : 0, 0),
+        count_outer_(ties_at_edges_ ? static_cast<size_t>(w_) : 0) {
     for (int64_t c = 0; c < w_; ++c) {
       const int64_t columns = c == 0 || c == w_ - 1 ? 2 : 3;
       scale_outer_[c] = static_cast<float>(requantiser_.window_scale(2 * columns));
       scale_middle_[c] = static_cast<float>(requantiser_.window_scale(3 * columns));
+      if (ties_at_edges_) count_outer_[c] = static_cast<float>(2 * columns);
     }
   }
 
@@ -88,19 +93,76 @@ class Plane3x3Pool {
   // marked; those two columns are then settled together (edge_columns), vectorised down the rows: with equal
   // scales a sixth of the edge windows are ties, and settling the vector of each cost more than the rest of the
   // plane. With equal scales (marks_are_ties_) only windows of an even count can hold a tie: none with
-  // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6), so
-  // the rows of the other windows round without marks, and columns 0 and w - 1 are always settled apart.
+  // count_include_pad (count 9 everywhere), else those at a row's end or in the first or last row (4 or 6)
+  // (ties_at_edges_): then the rows between round without marks, the first and last row are border rows
+  // (border_row: ORT's value for every lane, no marked rows done again), and columns 0 and w - 1 are always
+  // settled apart.
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
-    const bool outer_marks = !marks_are_ties_ || ties_at_edges_, middle_marks = !marks_are_ties_;
-    rows<false, true>(x, y, 0, 1, first, last, outer_marks, edge_marks);
-    rows<true, true>(x, y, 1, h_ - 1, first, last, middle_marks, edge_marks);
-    rows<true, false>(x, y, h_ - 1, h_, first, last, outer_marks, edge_marks);
-    if (ties_at_edges_ || any_lane(edge_marks)) {
-      edge_columns(y, 0);
-      edge_columns(y, w_ - 1);
+    if (ties_at_edges_) {
+      border_row<false, true>(x, y, 0);
+      rows<true, true, false>(x, y, 1, h_ - 1, first, last, edge_marks);
+      border_row<true, false>(x, y, h_ - 1);
+      edge_columns<true>(y, 0);
+      edge_columns<true>(y, w_ - 1);
+      return;
+    }
+    const bool marks = !marks_are_ties_;  // else no window can hold a tie (count 9 everywhere)
+    rows<false, true>(x, y, 0, 1, first, last, marks, edge_marks);
+    rows<true, true>(x, y, 1, h_ - 1, first, last, marks, edge_marks);
+    rows<true, false>(x, y, h_ - 1, h_, first, last, marks, edge_marks);
+    if (any_lane(edge_marks)) {
+      edge_columns<false>(y, 0);
+      edge_columns<false>(y, w_ - 1);
     }
   }
+
+  // Row r, the first (kDown) or last (kUp) of a plane with ties at its edges: the float pass from the column sums,
+  // and in the lanes it marks (every one a tie, marks_are_ties_) ORT's float value, computed for every lane from
+  // the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad column (adding a pad's
+  // 0 leaves ORT's sum as it is). No branch per vector: about a sixth of the lanes are ties (count 4 or 6).
+  template <bool kUp, bool kDown>
+  void border_row(const Q* x, Q* y, int64_t r) {
+    static_assert(kUp != kDown);
+    const int64_t w = w_;
+    const Q* xr = x + r * w;
+    column_sums<kUp, kDown>(xr, row_sums(r));
+    std::memcpy(edge_dwords(0) + r + 1, xr, sizeof(int32_t));  // for edge_columns
+    std::memcpy(edge_dwords(1) + r + 1, xr + w - 4, sizeof(int32_t));
+    float* upper = row_terms_.data() + 1;  // the window's upper row (row-major: its elements are added first)
+    float* lower = upper + w + 2;
+    dequantised_row(xr - (kUp ? w : 0), upper);
+    dequantised_row(xr + (kDown ? w : 0), lower);
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    const int16_t* sums = row_sums(r);
+    for (int64_t j = 0; j < w; j += kLength) {
+      j = min_of(j, w - kLength);
+      Ints marked;
+      const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
+      // ORT's sum in the window's order (left to right, upper row first), the pads' 0 included
+      const Floats acc = floats_at(upper + j - 1) + floats_at(upper + j) + floats_at(upper + j + 1) +
+                         floats_at(lower + j - 1) + floats_at(lower + j) + floats_at(lower + j + 1);
+      const Ints ort = ort_rounded(acc, floats_at(count_outer_.data() + j), y_scale, y_zero_point);
+      narrow_one((marked & ort) | (~marked & rounded), y + r * w + j);
+    }
+  }
+
+  // out[c] = x_scale x (xr[c] - x_zero_point) for c in [0, w), as ort_dequantised (out[-1] and out[w] stay 0).
+  void dequantised_row(const Q* xr, float* out) const {
+    const Floats x_scale = Floats{} + q_.x_scale;
+    for (int64_t c = 0;; c += kLength) {
+      c = min_of(c, w_ - kLength);
+      const Floats term = x_scale * __builtin_convertvector(widened(xr + c) - q_.x_zero_point, Floats);
+      std::memcpy(out + c, &term, sizeof term);
+      if (c + kLength >= w_) break;
+    }
+  }
+
+  // kLength values from p (loads, not memcpy: GCC built such vectors on the stack from two halves)
+  static Floats floats_at(const float* p) { return Floats(_mm256_loadu_ps(p)); }
+  static Ints ints_at(const int32_t* p) { return Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 
   template <bool kUp, bool kDown>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
@@ -286,7 +348,8 @@ class Plane3x3Pool {
   // ort_float_value_2d: each in-bounds element dequantised in float, added in row-major window order, the sum
   // divided by the count, then by y_scale, plus y_zero_point; clamped and rounded as rounded_output), the float
   // pass's value where unmarked. Every lane computed, the marked lanes selected: at the cost of about one window
-  // per vector, instead of a scalar evaluation per tie (with equal scales a sixth of the edge windows are ties).
+  // per vector, instead of a scalar evaluation per tie. Distinct scales only (the rows with equal scales have no
+  // marks, or are border rows), where marked values are rare and most are not ties.
   template <bool kUp, bool kDown>
   __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const WindowConstants& k, Ints marks,
                                          Ints rounded) const {
@@ -294,11 +357,9 @@ class Plane3x3Pool {
     const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
     const Ints &sum = window.sum, &zero_sum = window.zero_sum;
     constexpr int64_t rows_valid = 1 + kUp + kDown;
-    Ints exact = rounded, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
-    if (!marks_are_ties_) {
-      exact_and_ties(sum - zero_sum, edge, requantiser_.window_scale(rows_valid * 2),
-                     requantiser_.window_scale(rows_valid * 3), exact, tie);
-    }
+    Ints exact, tie;
+    exact_and_ties(sum - zero_sum, edge, requantiser_.window_scale(rows_valid * 2),
+                   requantiser_.window_scale(rows_valid * 3), exact, tie);
     // ORT's float value
     const Floats x_scale = Floats{} + q_.x_scale;
     Floats acc = {};
@@ -326,33 +387,48 @@ class Plane3x3Pool {
   // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
   // h; lanes past h left out where the plane has fewer rows): the float pass's value as the row pass rounds it, and
   // where it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's
-  // elements in row-major order: per row, its left column then its right). Every lane computed, the results selected.
+  // elements in row-major order: per row, its left column then its right). Every lane computed, the results
+  // selected. kTies (ties_at_edges_): every mark is a tie and a sixth of the lanes are, so each group is settled
+  // without a branch; else only the groups with a mark, rare.
+  template <bool kTies>
   void edge_columns(Q* y, int64_t c) {
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
-    // per lane, the two elements of one row of the window: a dword holding them read from the row (at its start,
-    // or ending at its end: w >= kStep keeps both in the row), the bytes taken out and extended
+    const int64_t w = w_, h = h_;  // locals: the byte stores below may alias any member
+    // Per row of the plane, at r + 1 (0 before the first row and after the last, so that a window adds 0 for
+    // them): the two elements of the row's window columns less x_zero_point, summed (edge_pairs_), and
+    // dequantised as ort_dequantised (edge_terms_: the left element's, then at `stride` the right's). From the
+    // dword rows() copied of each row (at its start, or ending at its end: w >= kStep keeps both in the row), the
+    // bytes taken out and extended, kLength rows at a time.
     const int first_shift = c == 0 ? 0 : 16;
-    // lane k: row k + d - 1 of the group whose first row is r0, where `valid` (0 elsewhere). rows() copied the
-    // dwords of all rows into edge_dwords_, so that each group loads them as plain vectors: a gather per group
-    // cost about as much as the rest of the group (and copied here, just before, the loads waited for the stores).
-    const int64_t w = w_;  // a local: the byte stores below may alias any member
     const int32_t* row_dwords = edge_dwords(c == 0 ? 0 : 1);
-    auto dwords_of = [&](int64_t r0, const Ints(&valid)[3], Ints(&dwords)[3]) {
-      for (int d = 0; d < 3; ++d) {
-        // (a load, not a memcpy: GCC built the vector on the stack from two halves and waited for the stores)
-        dwords[d] = Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_dwords + r0 + d))) & valid[d];
-      }
-    };
-    auto pair = [&](const Ints& dwords, Ints& first, Ints& second) {
+    const int64_t stride = h + 2 + kLength;
+    int32_t* pairs = edge_pairs_.data();
+    float* left_terms = edge_terms_.data();
+    float* right_terms = left_terms + stride;
+    const Floats x_scale = Floats{} + q_.x_scale;
+    const int32_t x_zero_point = q_.x_zero_point;
+    for (int64_t i = 0; i < h + 2; i += kLength) {
+      const Ints at = iota + static_cast<int32_t>(i);
+      const Ints in_plane = (at >= 1) & (at <= static_cast<int32_t>(h));
+      const Ints dwords = ints_at(row_dwords + i);
+      Ints left, right;
       if constexpr (std::is_signed_v<Q>) {
-        first = (dwords << (24 - first_shift)) >> 24;
-        second = (dwords << (16 - first_shift)) >> 24;
+        left = (dwords << (24 - first_shift)) >> 24;
+        right = (dwords << (16 - first_shift)) >> 24;
       } else {
-        first = (dwords >> first_shift) & 255;
-        second = (dwords >> (first_shift + 8)) & 255;
+        left = (dwords >> first_shift) & 255;
+        right = (dwords >> (first_shift + 8)) & 255;
       }
-    };
+      left -= x_zero_point;
+      right -= x_zero_point;
+      const Ints pair = (left + right) & in_plane;
+      const Ints left_term = Ints(x_scale * __builtin_convertvector(left, Floats)) & in_plane;
+      const Ints right_term = Ints(x_scale * __builtin_convertvector(right, Floats)) & in_plane;
+      std::memcpy(pairs + i, &pair, sizeof pair);
+      std::memcpy(left_terms + i, &left_term, sizeof left_term);
+      std::memcpy(right_terms + i, &right_term, sizeof right_term);
+    }
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     // windows of 3 rows (6 elements) and of 2 (the first and last row: 4)
     const Floats scale_full = Floats{} + static_cast<float>(requantiser_.window_scale(6));
@@ -360,46 +436,24 @@ class Plane3x3Pool {
     const double dscale_full = requantiser_.window_scale(6), dscale_short = requantiser_.window_scale(4);
     const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 6);
     const Floats count_short = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : 4);
-    const Floats x_scale = Floats{} + q_.x_scale;
     const Floats y_scale = Floats{} + q_.y_scale;
     const float y_zero_point = static_cast<float>(q_.y_zero_point);
-    const int32_t x_zero_point = q_.x_zero_point;
-    const int64_t h = h_;
     for (int64_t r0 = 0;; r0 += kLength) {
       r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
-      // rows in the plane from the group's first on (counted up to kLength + 1)
-      const int32_t left = static_cast<int32_t>(min_of<int64_t>(h - r0, kLength + 1));
-      const Ints active = iota < left;
-      Ints valid[3], first[3], second[3], dwords[3];
-      Ints sum{};
-      for (int d = 0; d < 3; ++d) {
-        const Ints row = iota + (d - 1);  // relative to r0
-        valid[d] = active & (row < left) & (row >= (r0 == 0 ? 0 : -1));
-      }
-      dwords_of(r0, valid, dwords);
-      for (int d = 0; d < 3; ++d) {
-        pair(dwords[d], first[d], second[d]);
-        sum += first[d] + second[d];
-      }
-      const Ints full = valid[0] & valid[2];
-      const Ints zero_sum = Ints{} + x_zero_point * 4 + (full & (x_zero_point * 2));
-      const Ints difference = sum - zero_sum;
+      // lane k: output row r0 + k, its window rows at r0 + k .. r0 + k + 2 of the arrays above
+      const Ints row = iota + static_cast<int32_t>(r0);
+      const Ints full = (row >= 1) & (row <= static_cast<int32_t>(h - 2));
+      const Ints difference = ints_at(pairs + r0) + ints_at(pairs + r0 + 1) + ints_at(pairs + r0 + 2);
       // the float pass (as step)
       const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
       Ints marked;
       Ints out = Lanes::requantised(difference, scale, zero_point, marked);
-      if (any_lane(marked & active)) {
-        // as settled: with equal scales every marked value is a tie (see marks_are_ties_)
-        Ints exact = out, tie = Ints{} - 1;
-        if (!marks_are_ties_) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
-        // ORT's float value (as settled)
+      if (kTies || any_lane(marked & (row < static_cast<int32_t>(h)))) {
+        Ints exact = out, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
+        if constexpr (!kTies) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
+        // ORT's float value (as settled), the rows outside the plane adding 0
         Floats acc = {};
-        for (int d = 0; d < 3; ++d) {
-          const Floats a = x_scale * __builtin_convertvector(first[d] - x_zero_point, Floats);
-          acc = Floats((valid[d] & Ints(acc + a)) | (~valid[d] & Ints(acc)));
-          const Floats b = x_scale * __builtin_convertvector(second[d] - x_zero_point, Floats);
-          acc = Floats((valid[d] & Ints(acc + b)) | (~valid[d] & Ints(acc)));
-        }
+        for (int d = 0; d < 3; ++d) acc = acc + floats_at(left_terms + r0 + d) + floats_at(right_terms + r0 + d);
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
         const Ints ort = ort_rounded(acc, count, y_scale, y_zero_point);
         out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
@@ -471,4 +525,8 @@ class Plane3x3Pool {
   std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
   std::vector<float> scale_middle_;   // and in the rows between
   std::vector<int32_t> edge_dwords_;  // see edge_dwords
+  std::vector<int32_t> edge_pairs_;   // see edge_columns
+  std::vector<float> edge_terms_;     // and its two columns' dequantised elements
+  std::vector<float> row_terms_;      // border_row's two window rows dequantised, each with a 0 on each side
+  std::vector<float> count_outer_;    // per column, the element count of the first and last row's windows
 };
