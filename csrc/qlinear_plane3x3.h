@@ -80,6 +80,7 @@ class Plane3x3Pool {
   }
 
   void run(const Q* x, Q* y, int64_t planes) {
+    if (!marks_are_ties_) marks_middle_ = middle_rows_mark(planes * size_);
     for (int64_t p = 0; p < planes; ++p) {
       // a step at the plane's start or end reads a byte before or after it (masked off): within the tensor
       // except before the call's first plane and after its last, which read a zero-padded copy instead
@@ -107,10 +108,9 @@ class Plane3x3Pool {
       edge_columns<true>(y, w_ - 1);
       return;
     }
-    const bool marks = !marks_are_ties_;  // else no window can hold a tie (count 9 everywhere)
-    rows<false, true>(x, y, 0, 1, first, last, marks, edge_marks);
-    rows<true, true>(x, y, 1, h_ - 1, first, last, marks, edge_marks);
-    rows<true, false>(x, y, h_ - 1, h_, first, last, marks, edge_marks);
+    rows<false, true>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
+    rows<true, true>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
+    rows<true, false>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
     if (any_lane(edge_marks)) {
       edge_columns<false>(y, 0);
       edge_columns<false>(y, w_ - 1);
@@ -252,14 +252,64 @@ class Plane3x3Pool {
     const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
     Floats s;
     std::memcpy(&s, scale + c, sizeof s);
-    // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
-    // magic-number addition rounds in too), the mark as |off| > band
-    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * s + zero_point);
+    return float_pass(difference, s, zero_point, marked);
+  }
+
+  // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
+  // magic-number addition rounds in too), the mark as |off| > band
+  static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
+    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
     const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
     const Floats off = value - __builtin_convertvector(rounded, Floats);
     marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
     return rounded;
   }
+
+  // Whether the float pass can mark a window of `valid` input elements: every difference from its zero sum such
+  // a window can hold (valid x (qmin - x_zero_point) .. valid x (qmax - x_zero_point)) through float_pass with
+  // the window's scale.
+  bool can_mark(int64_t valid) const {
+    constexpr int32_t qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
+    const int32_t lowest = static_cast<int32_t>(valid) * (qmin - q_.x_zero_point);
+    const int32_t highest = static_cast<int32_t>(valid) * (qmax - q_.x_zero_point);
+    const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    Ints iota;
+    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    Ints any{};
+    for (int32_t d = lowest; d <= highest; d += kLength) {
+      const Ints difference = iota + d;
+      Ints marked;
+      float_pass(difference <= highest ? difference : Ints{} + highest, scale, zero_point, marked);
+      any |= marked;
+    }
+    return any_lane(any);
+  }
+  // With distinct scales the float pass marks only windows whose value can lie within kMarkBand of a tie; for
+  // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can (0.05 / 0.031:
+  // fractions k / 279 and k / 186), and those rows then round without gathering marks (a quarter of their
+  // time). Decided by can_mark (about 3800 differences, ~2 us), remembered per thread for the last parameters:
+  // ORT's thread pool calls run() per chunk of a few planes. A call of fewer than kMarkCheckWork elements does
+  // not decide (the decision would cost more than it can save) and gathers the marks.
+  bool middle_rows_mark(int64_t work) const {
+    struct Decision {
+      bool known;
+      float x_scale, y_scale;
+      int32_t x_zero_point, y_zero_point;
+      bool count_include_pad, marks;
+    };
+    thread_local Decision last{};
+    if (last.known && last.x_scale == q_.x_scale && last.y_scale == q_.y_scale &&
+        last.x_zero_point == q_.x_zero_point && last.y_zero_point == q_.y_zero_point &&
+        last.count_include_pad == q_.count_include_pad) {
+      return last.marks;
+    }
+    if (work < kMarkCheckWork) return true;
+    const bool marks = can_mark(9) || can_mark(6);
+    last = {true, q_.x_scale, q_.y_scale, q_.x_zero_point, q_.y_zero_point, q_.count_include_pad, marks};
+    return marks;
+  }
+  static constexpr int64_t kMarkCheckWork = 4096;
 
   // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
   // the other marked values settled a vector at a time (settled). The vectors' input bytes around them come from
@@ -519,6 +569,9 @@ class Plane3x3Pool {
   // most 9), so the float pass marks exactly the values on a tie (x.5) and those need no exact value in double
   const bool marks_are_ties_;
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
+  // whether the rows between the first and last, and those two, gather marks (see middle_rows_mark)
+  bool marks_middle_ = !marks_are_ties_;
+  const bool marks_outer_ = !marks_are_ties_;
   const int64_t h_, w_, size_;
   std::vector<Q> edge_copy_;          // settle_row's bytes at the call's first or last plane, 0 outside the planes
   std::vector<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column

@@ -25,10 +25,20 @@ from test_streaming import _isas
 ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
 
 # (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
-SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130)]
+# one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (middle_rows_mark)
+SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 64, 80)]
 
-# (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.0125 is tie-heavy too
-SCALES = [(0.05, 0.05, "equal"), (0.05, 0.05, "random"), (0.0371, 0.0297, "random"), (0.03, 0.0125, "random")]
+# (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.0125 is tie-heavy too;
+# 0.09 / 0.02 (4.5) puts every other 9-element window within rounding noise of a tie (the middle rows must mark),
+# 0.05 / 0.031 none of them (they need not)
+SCALES = [
+    (0.05, 0.05, "equal"),
+    (0.05, 0.05, "random"),
+    (0.0371, 0.0297, "random"),
+    (0.03, 0.0125, "random"),
+    (0.09, 0.02, "random"),
+    (0.05, 0.031, "random"),
+]
 
 
 def cases():
