@@ -58,6 +58,7 @@ class Plane3x3Pool {
         requantiser_(q, g.kernel_size),
         marks_are_ties_(q.x_scale == q.y_scale),
         ties_at_edges_(marks_are_ties_ && !q.count_include_pad),
+        ort_decides_edges_(ties_at_edges_ && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f),
         h_(g.axes[0].in),
         w_(g.axes[1].in),
         size_(g.in_size),
@@ -101,11 +102,11 @@ class Plane3x3Pool {
   void plane(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
     if (ties_at_edges_) {
-      border_row<false, true>(x, y, 0);
-      rows<true, true, false>(x, y, 1, h_ - 1, first, last, edge_marks);
-      border_row<true, false>(x, y, h_ - 1);
-      edge_columns<true>(y, 0);
-      edge_columns<true>(y, w_ - 1);
+      if (ort_decides_edges_) {
+        edges<true>(x, y, first, last);
+      } else {
+        edges<false>(x, y, first, last);
+      }
       return;
     }
     rows<false, true>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
@@ -117,16 +118,28 @@ class Plane3x3Pool {
     }
   }
 
-  // Row r, the first (kDown) or last (kUp) of a plane with ties at its edges: the float pass from the column sums,
-  // and in the lanes it marks (every one a tie, marks_are_ties_) ORT's float value, computed for every lane from
-  // the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad column (adding a pad's
-  // 0 leaves ORT's sum as it is). No branch per vector: about a sixth of the lanes are ties (count 4 or 6).
-  template <bool kUp, bool kDown>
+  // A plane with ties at its edges (ties_at_edges_); kOrtOnly: ORT's float value decides every edge output (see
+  // ort_decides_edges_), else only the ties, the float pass the others.
+  template <bool kOrtOnly>
+  void edges(const Q* x, Q* y, bool first, bool last) {
+    Ints edge_marks{};
+    border_row<false, true, kOrtOnly>(x, y, 0);
+    rows<true, true, false>(x, y, 1, h_ - 1, first, last, edge_marks);
+    border_row<true, false, kOrtOnly>(x, y, h_ - 1);
+    edge_columns<true, kOrtOnly>(y, 0);
+    edge_columns<true, kOrtOnly>(y, w_ - 1);
+  }
+
+  // Row r, the first (kDown) or last (kUp) of a plane with ties at its edges: ORT's float value for every lane,
+  // from the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad column (adding
+  // a pad's 0 leaves ORT's sum as it is); kept in every lane (kOrtOnly), or in those the float pass (from the column
+  // sums) marks, every one a tie (marks_are_ties_). No branch per vector: a sixth of the lanes are ties (count 4, 6).
+  template <bool kUp, bool kDown, bool kOrtOnly>
   void border_row(const Q* x, Q* y, int64_t r) {
     static_assert(kUp != kDown);
     const int64_t w = w_;
     const Q* xr = x + r * w;
-    column_sums<kUp, kDown>(xr, row_sums(r));
+    if constexpr (!kOrtOnly) column_sums<kUp, kDown>(xr, row_sums(r));
     std::memcpy(edge_dwords(0) + r + 1, xr, sizeof(int32_t));  // for edge_columns
     std::memcpy(edge_dwords(1) + r + 1, xr + w - 4, sizeof(int32_t));
     float* upper = row_terms_.data() + 1;  // the window's upper row (row-major: its elements are added first)
@@ -139,13 +152,16 @@ class Plane3x3Pool {
     const int16_t* sums = row_sums(r);
     for (int64_t j = 0; j < w; j += kLength) {
       j = min_of(j, w - kLength);
-      Ints marked;
-      const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
       // ORT's sum in the window's order (left to right, upper row first), the pads' 0 included
       const Floats acc = floats_at(upper + j - 1) + floats_at(upper + j) + floats_at(upper + j + 1) +
                          floats_at(lower + j - 1) + floats_at(lower + j) + floats_at(lower + j + 1);
-      const Ints ort = ort_rounded(acc, floats_at(count_outer_.data() + j), y_scale, y_zero_point);
-      narrow_one((marked & ort) | (~marked & rounded), y + r * w + j);
+      Ints out = ort_rounded(acc, floats_at(count_outer_.data() + j), y_scale, y_zero_point);
+      if constexpr (!kOrtOnly) {
+        Ints marked;
+        const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
+        out = (marked & out) | (~marked & rounded);
+      }
+      narrow_one(out, y + r * w + j);
     }
   }
 
@@ -439,9 +455,11 @@ class Plane3x3Pool {
   // where it marks one, as settled() would: the exact value in double, ORT's float value on a tie (the window's
   // elements in row-major order: per row, its left column then its right). Every lane computed, the results
   // selected. kTies (ties_at_edges_): every mark is a tie and a sixth of the lanes are, so each group is settled
-  // without a branch; else only the groups with a mark, rare.
-  template <bool kTies>
+  // without a branch; else only the groups with a mark, rare. kOrtOnly (ort_decides_edges_): ORT's value in every
+  // lane, no float pass.
+  template <bool kTies, bool kOrtOnly = false>
   void edge_columns(Q* y, int64_t c) {
+    static_assert(kTies || !kOrtOnly);
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     const int64_t w = w_, h = h_;  // locals: the byte stores below may alias any member
@@ -472,10 +490,12 @@ class Plane3x3Pool {
       }
       left -= x_zero_point;
       right -= x_zero_point;
-      const Ints pair = (left + right) & in_plane;
+      if constexpr (!kOrtOnly) {
+        const Ints pair = (left + right) & in_plane;
+        std::memcpy(pairs + i, &pair, sizeof pair);
+      }
       const Ints left_term = Ints(x_scale * __builtin_convertvector(left, Floats)) & in_plane;
       const Ints right_term = Ints(x_scale * __builtin_convertvector(right, Floats)) & in_plane;
-      std::memcpy(pairs + i, &pair, sizeof pair);
       std::memcpy(left_terms + i, &left_term, sizeof left_term);
       std::memcpy(right_terms + i, &right_term, sizeof right_term);
     }
@@ -493,13 +513,16 @@ class Plane3x3Pool {
       // lane k: output row r0 + k, its window rows at r0 + k .. r0 + k + 2 of the arrays above
       const Ints row = iota + static_cast<int32_t>(r0);
       const Ints full = (row >= 1) & (row <= static_cast<int32_t>(h - 2));
-      const Ints difference = ints_at(pairs + r0) + ints_at(pairs + r0 + 1) + ints_at(pairs + r0 + 2);
-      // the float pass (as step)
-      const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
-      Ints marked;
-      Ints out = Lanes::requantised(difference, scale, zero_point, marked);
+      Ints out{}, marked = Ints{} - 1, difference{};
+      if constexpr (!kOrtOnly) {
+        difference = ints_at(pairs + r0) + ints_at(pairs + r0 + 1) + ints_at(pairs + r0 + 2);
+        // the float pass (as step)
+        const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
+        out = Lanes::requantised(difference, scale, zero_point, marked);
+      }
       if (kTies || any_lane(marked & (row < static_cast<int32_t>(h)))) {
         Ints exact = out, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
+        // (with kOrtOnly every lane is "marked" and a "tie": the selects keep ORT's value)
         if constexpr (!kTies) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
         // ORT's float value (as settled), the rows outside the plane adding 0
         Floats acc = {};
@@ -569,6 +592,11 @@ class Plane3x3Pool {
   // most 9), so the float pass marks exactly the values on a tie (x.5) and those need no exact value in double
   const bool marks_are_ties_;
   const bool ties_at_edges_;  // and windows of 4 and 6 elements: a sixth of the edge windows on a tie
+  // and scales where ORT's float value of a window of 4 or 6 elements lies within 3e-4 of the exact value (its
+  // products and sums off by at most 11 roundings of values up to 6 x 255 x x_scale, then divided by count x
+  // y_scale = count x x_scale, no value subnormal or infinite): a value not on a tie is at least 1 / 6 from one,
+  // so there ORT's value rounds as the exact one and ORT's float pass alone decides every edge output
+  const bool ort_decides_edges_;
   // whether the rows between the first and last, and those two, gather marks (see middle_rows_mark)
   bool marks_middle_ = !marks_are_ties_;
   const bool marks_outer_ = !marks_are_ties_;
