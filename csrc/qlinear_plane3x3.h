@@ -23,7 +23,10 @@ inline bool any_lane(Ints m) {
 // window's scale from a per-column array (no per-lane column masks). Each value is requantised as
 // Requantiser::span does (same values, same marks); marked values are settled exactly in double, and those on a
 // tie are evaluated as ORT does (ort_float_value_2d), kLength windows per vector (settled), except in columns 0
-// and w - 1, settled down the columns (edge_columns). Planes of at least kStep columns.
+// and w - 1, settled down the columns (edge_columns). With equal scales and count_include_pad=0, where a sixth of
+// the edge windows are ties, the first and last rows and columns 0 and w - 1 take ORT's value (border_row,
+// edge_columns); with distinct scales the middle rows gather marks only if their windows can be marked
+// (middle_rows_mark). Planes of at least kStep columns.
 template <class Q>
 class Plane3x3Pool {
  public:
