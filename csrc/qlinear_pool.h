@@ -971,6 +971,9 @@ constexpr int64_t kWholePlaneLimit = 1 << 16;
 
 #if defined(__AVX2__)
 #include "qlinear_plane3x3.h"  // (inside the per-ISA namespace, as this file)
+
+// (after qlinear_plane3x3.h, whose kPlaneLanes and any_lane it uses; inside the per-ISA namespace too)
+#include "qlinear_nhwc3x3.h"
 #endif
 
 template <class Q>
@@ -979,6 +982,10 @@ void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, c
 #if defined(__AVX2__)
   if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
     Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    return;
+  }
+  if (Nhwc3x3Pool<Q>::applies(g, channels)) {  // the same windows over NHWC images: one pass per image row
+    Nhwc3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
 #endif

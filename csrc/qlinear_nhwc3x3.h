@@ -1,0 +1,413 @@
+// QLinearAveragePool over NHWC images with 3x3 windows, stride 1, pads 1: window sums and requantisation in one
+// pass over each image row, the vectors running across the row's interleaved columns and channels, and ORT's float
+// evaluation of the rounding ties of a vector's windows at once.
+// Included by qlinear_pool.h after qlinear_plane3x3.h (kPlaneLanes, any_lane), avx2 and avx512 builds only.
+#pragma once
+
+// Per image of h x w positions of C channels, an input row holding n = w x C values: output (r, c, ch) sums input
+// rows r-1..r+1, columns c-1..c+1 in the image, channel ch. Row by row: the column sums of the row's window rows
+// (less x_zero_point per element, so that pads add 0) into a row buffer with C zeros on each side, then output
+// value i of the row (i = c x C + ch) adds the column sums at i - C, i and i + C. Vectors whose lanes all lie in
+// columns 1 .. w - 2 take that window's one scale; those reaching column 0 or w - 1 pick each lane's. Each value is
+// requantised as Requantiser::span does (same values, same marks); a vector with marks has them settled at once
+// (settled): the exact value in double, and where that lies on a tie, ORT's float evaluation, all lanes together.
+// Images of at least 2 channels and 16 values a row, any h and w.
+template <class Q>
+class Nhwc3x3Pool {
+ public:
+  using Lanes = RequantiseLanes<Q>;
+  static constexpr int kLength = kPlaneLanes;
+  static_assert(kLength == Lanes::kLength);
+  static constexpr int64_t kStep = 4 * kLength;  // values per step of the middle columns: the four vectors of a narrow
+  using Ints = typename Lanes::Ints;
+  using Floats = typename Lanes::Floats;
+  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
+  typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
+  typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
+
+  static bool applies(const PoolGeometry& g, int64_t channels) {
+    if (channels < 2 || g.axes.size() != 2) return false;
+    for (const AxisGeometry& a : g.axes) {
+      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
+    }
+    return g.axes[1].in * channels >= 16;  // column_sums' one 16-value vector
+  }
+
+  Nhwc3x3Pool(const PoolGeometry& g, const QLinearParams& q, int64_t channels)
+      : q_(q),
+        requantiser_(q, g.kernel_size),
+        marks_are_ties_(requantiser_.marks_are_ties),
+        edge_ties_(marks_are_ties_ && !q.count_include_pad),
+        h_(g.axes[0].in),
+        w_(g.axes[1].in),
+        c_(channels),
+        n_(w_ * channels),
+        image_(h_ * n_),
+        row_stride_(n_ + 2 * c_ + kLength),
+        column_sums_(static_cast<size_t>(2 * (n_ + 2 * c_)), 0),
+        dequantised_(static_cast<size_t>(3 * row_stride_), 0.0f) {
+    for (int rows = 1; rows <= 3; ++rows) {
+      for (int cols = 1; cols <= 3; ++cols) {
+        scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
+        exact_scale_[rows][cols] = requantiser_.window_scale(rows * cols);
+      }
+      // (the row kinds the image has: 1 row alone, else 2 at its ends and 3 between)
+      const bool occurs = h_ == 1 ? rows == 1 : rows == 2 || (rows == 3 && h_ > 2);
+      middle_marks_[rows] = occurs && can_mark(rows * 3, scale_[rows][3]);
+    }
+  }
+
+  void run(const Q* x, Q* y, int64_t images) {
+    for (int64_t u = 0; u < images; ++u) image(x + u * image_, y + u * image_);
+  }
+
+ private:
+  void image(const Q* x, Q* y) {
+    for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
+    if (h_ == 1) {
+      rows<false, false>(x, y, 0, 1);
+      return;
+    }
+    rows<false, true>(x, y, 0, 1);
+    rows<true, true>(x, y, 1, h_ - 1);
+    rows<true, false>(x, y, h_ - 1, h_);
+  }
+
+  // Input rows r - 1 .. r + 1 of the image at x (those in it) dequantised as ORT does (ort_dequantised), for
+  // settled(): whole, or only the values the vectors reaching column 0 or w - 1 read. Each row once per image
+  // (a ring of three, tagged by row): settling from bytes, the conversions cost settled() about half its time,
+  // and with equal scales (count 4 and 6 windows on ties) it runs for most vectors of the first and last rows
+  // and of the edge columns.
+  template <bool kUp, bool kDown>
+  const float* const* dequantised_rows(const Q* x, int64_t r, bool whole) {
+    for (int d = 0; d < 3; ++d) {
+      if ((d == 0 && !kUp) || (d == 2 && !kDown)) continue;
+      const int64_t row = r - 1 + d, slot = row % 3;
+      float* f = dequantised_.data() + slot * row_stride_ + c_;
+      window_rows_[d] = f;
+      if (whole_row_[slot] == row || (!whole && edges_row_[slot] == row)) continue;
+      const Q* xr = x + row * n_;
+      if (whole) {
+        dequantise(xr, f, 0, n_);
+        whole_row_[slot] = edges_row_[slot] = row;
+      } else {
+        // a vector starting before C (or after n - C - kLength) reads up to C past its end (before its start)
+        const int64_t reach = min_of(n_, 2 * c_ + kLength);
+        dequantise(xr, f, 0, reach);
+        dequantise(xr, f, n_ - reach, n_);
+        whole_row_[slot] = -1;
+        edges_row_[slot] = row;
+      }
+    }
+    return window_rows_;
+  }
+
+  // f[j] = ORT's dequantised xr[j] for j in [begin, end) (at least kLength values), the last vector moved back.
+  void dequantise(const Q* xr, float* f, int64_t begin, int64_t end) const {
+    const Floats x_scale = Floats{} + q_.x_scale;
+    const int32_t x_zero_point = q_.x_zero_point;
+    for (int64_t j = begin;; j += kLength) {
+      j = min_of(j, end - kLength);
+      const Floats v = x_scale * __builtin_convertvector(widened(xr + j) - x_zero_point, Floats);
+      std::memcpy(f + j, &v, sizeof v);
+      if (j + kLength >= end) break;
+    }
+  }
+
+  // How the float pass's marks of a row's middle columns are handled: none can occur (can_mark), they are rare
+  // (a branch per step, settled when taken), or with equal scales a sixth of the values are ties (every vector
+  // settled without a branch: taken for three vectors in four, it mispredicted often and cost more than the ties).
+  enum Marks { kNoMarks, kRareMarks, kTieMarks };
+
+  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown).
+  template <bool kUp, bool kDown>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
+    constexpr int rows_valid = 1 + kUp + kDown;
+    if (!middle_marks_[rows_valid]) {
+      rows<kUp, kDown, kNoMarks>(x, y, begin, end);
+    } else if (marks_are_ties_) {
+      rows<kUp, kDown, kTieMarks>(x, y, begin, end);
+    } else {
+      rows<kUp, kDown, kRareMarks>(x, y, begin, end);
+    }
+  }
+
+  template <bool kUp, bool kDown, Marks kMiddle>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
+    constexpr int rows_valid = 1 + kUp + kDown;
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats middle_scale = Floats{} + scale_[rows_valid][3];
+    const int64_t n = n_, c = c_, middle_end = (w_ - 1) * c_;
+    if (begin < end) column_sums<kUp, kDown>(x + begin * n, row_sums(begin));
+    for (int64_t r = begin; r < end; ++r) {
+      // the next row's sums first: loaded right after their stores, they waited for them (as Plane3x3Pool)
+      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * n, row_sums(r + 1));
+      const int16_t* sums = row_sums(r);
+      Q* yr = y + r * n;
+      // the dequantised rows the row's tie-heavy vectors use (rare ones ask for theirs when they come)
+      const float* const* tie_rows =
+          kMiddle == kTieMarks || edge_ties_ ? dequantised_rows<kUp, kDown>(x, r, kMiddle == kTieMarks) : nullptr;
+      auto edges = [&](int64_t at) {
+        edge_vector<kUp, kDown>(x, r, sums, min_of(at, n - kLength), zero_point, tie_rows, yr);
+      };
+      int64_t i = 0;
+      for (; i < c; i += kLength) edges(i);
+      for (; i + kStep <= middle_end; i += kStep) {
+        const __m256i a = window_sums16(sums, i), b = window_sums16(sums, i + 16);
+        Ints rounded[4], marked[4];
+        const Ints difference[4] = {low_half(a), high_half(a), low_half(b), high_half(b)};
+        for (int v = 0; v < 4; ++v) {
+          rounded[v] = requantised(difference[v], middle_scale, zero_point, marked[v]);
+        }
+        if constexpr (kMiddle == kTieMarks) {
+          for (int v = 0; v < 4; ++v) {
+            rounded[v] = settled<kUp, kDown, false>(tie_rows, i + v * kLength, difference[v], marked[v], rounded[v]);
+          }
+        } else if constexpr (kMiddle == kRareMarks) {
+          if (__builtin_expect(any_lane((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
+            const float* const* window_rows = dequantised_rows<kUp, kDown>(x, r, true);
+            for (int v = 0; v < 4; ++v) {
+              if (any_lane(marked[v])) {
+                rounded[v] = settled_apart<kUp, kDown, false>(window_rows, i + v * kLength, difference[v], marked[v],
+                                                              rounded[v]);
+              }
+            }
+          }
+        }
+        Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], yr + i);
+      }
+      for (; i + kLength <= middle_end; i += kLength) {
+        const Ints difference = window_sums8(sums, i);
+        Ints marked;
+        Ints rounded = requantised(difference, middle_scale, zero_point, marked);
+        if (kMiddle != kNoMarks && any_lane(marked)) {
+          rounded = settled_apart<kUp, kDown, false>(dequantised_rows<kUp, kDown>(x, r, true), i, difference, marked,
+                                                     rounded);
+        }
+        narrow_one(rounded, yr + i);
+      }
+      for (; i < n; i += kLength) edges(i);
+    }
+  }
+
+  // Whether the float pass (requantised) marks any window of `valid` elements and scale `scale`: tried on every
+  // difference from its zero sum such a window can have (valid x 255 + 1 of them, a few hundred vectors per call).
+  // Marks are rare with distinct scales (a value within 2e-4 of a tie) and the values few, so that often none can
+  // be marked and the middle columns skip the marks (about a third of their time); with equal scales none can in
+  // windows of an odd count (see Requantiser::tie_free).
+  bool can_mark(int valid, float scale) const {
+    const int32_t low = valid * (static_cast<int32_t>(std::numeric_limits<Q>::min()) - q_.x_zero_point);
+    const int32_t high = valid * (static_cast<int32_t>(std::numeric_limits<Q>::max()) - q_.x_zero_point);
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    Ints iota;
+    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    for (int32_t d = low; d <= high; d += kLength) {
+      const Ints difference = iota + d;
+      Ints marked;
+      requantised(select(difference <= high, difference, Ints{} + high), Floats{} + scale, zero_point, marked);
+      if (any_lane(marked)) return true;
+    }
+    return false;
+  }
+
+  // The kLength values from i of a row, any of them in column 0 or w - 1: each lane's window scale by its column.
+  // tie_rows: the dequantised rows, where edge_ties_ (each vector settled, without a branch).
+  template <bool kUp, bool kDown>
+  void edge_vector(const Q* x, int64_t r, const int16_t* sums, int64_t i, Floats zero_point,
+                   const float* const* tie_rows, Q* yr) {
+    constexpr int rows_valid = 1 + kUp + kDown;
+    Ints left_in, right_in;
+    lanes_in(i, left_in, right_in);
+    const Floats scale =
+        select(left_in & right_in, Floats{} + scale_[rows_valid][3],
+               select(left_in | right_in, Floats{} + scale_[rows_valid][2], Floats{} + scale_[rows_valid][1]));
+    const Ints difference = window_sums8(sums, i);
+    Ints marked;
+    Ints rounded = requantised(difference, scale, zero_point, marked);
+    if (edge_ties_) {
+      rounded = settled<kUp, kDown, true>(tie_rows, i, difference, marked, rounded);
+    } else if (any_lane(marked)) {
+      rounded =
+          settled_apart<kUp, kDown, true>(dequantised_rows<kUp, kDown>(x, r, false), i, difference, marked, rounded);
+    }
+    narrow_one(rounded, yr + i);
+  }
+
+  // Whether the left / right column of the windows of values [i, i + kLength) lies in the image.
+  void lanes_in(int64_t i, Ints& left_in, Ints& right_in) const {
+    Ints at;
+    for (int k = 0; k < kLength; ++k) at[k] = static_cast<int32_t>(i + k);
+    left_in = at >= static_cast<int32_t>(c_);
+    right_in = at < static_cast<int32_t>(n_ - c_);
+  }
+
+  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
+    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
+  }
+  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
+
+  // out[c_ + i], i in [0, n): the sum of value i over the window rows of the row at xr, less x_zero_point per
+  // row (so that a window's three column sums add up to its difference from its zero sum). In int16 (at most
+  // 3 x 255), 16 values at a time, the last 16 moved back to end at n.
+  template <bool kUp, bool kDown>
+  void column_sums(const Q* xr, int16_t* out_padded) const {
+    constexpr bool kSigned = std::is_signed_v<Q>;
+    constexpr int rows_valid = 1 + kUp + kDown;
+    auto widened = [](const Q* p) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+    };
+    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    int16_t* out = out_padded + c_;
+    const int64_t n = n_;
+    for (int64_t i = 0;; i += 16) {
+      i = min_of<int64_t>(i, n - 16);
+      __m256i s = _mm256_sub_epi16(widened(xr + i), zero_sum);
+      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + i - n));
+      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + i + n));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), s);
+      if (i + 16 >= n) break;
+    }
+  }
+
+  // Output row r's column sums (see column_sums), C zeros on each side: two rows' buffers, used in turn.
+  int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (n_ + 2 * c_); }
+
+  // The windows' differences from their zero sums of values [i, i + 16) of a row with column sums `sums`, in int16
+  // (at most 9 x 255), and of [i, i + kLength) widened to int32.
+  __m256i window_sums16(const int16_t* sums, int64_t i) const {
+    auto at = [&](int64_t k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + k)); };
+    return _mm256_add_epi16(_mm256_add_epi16(at(i), at(i + c_)), at(i + 2 * c_));
+  }
+  Ints window_sums8(const int16_t* sums, int64_t i) const {
+    auto at = [&](int64_t k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + k)); };
+    return Ints(_mm256_cvtepi16_epi32(_mm_add_epi16(_mm_add_epi16(at(i), at(i + c_)), at(i + 2 * c_))));
+  }
+  static Ints low_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a))); }
+  static Ints high_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1))); }
+
+  // The float pass of kLength windows (as Plane3x3Pool::requantised: Lanes::requantised's values and marks).
+  static Ints requantised(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
+    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
+    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
+    const Floats off = value - __builtin_convertvector(rounded, Floats);
+    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
+    return rounded;
+  }
+
+  // kLength values (whole, within int32) to Q, saturated, at out.
+  static void narrow_one(Ints a, Q* out) {
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
+    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+  }
+
+  // kLength bytes from p as Ints, by the extending instructions.
+  static Ints widened(const Q* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+  }
+
+  // settled() out of line, for the rare marks.
+  template <bool kUp, bool kDown, bool kEdges>
+  __attribute__((noinline)) Ints settled_apart(const float* const* window_rows, int64_t i, Ints difference, Ints marks,
+                                               Ints rounded) const {
+    return settled<kUp, kDown, kEdges>(window_rows, i, difference, marks, rounded);
+  }
+
+  // The final values of the marked lanes (marks) of the kLength windows of values [i, i + kLength) of a row
+  // (difference: their differences from their zero sums): the exact value in double where it decides (as
+  // Requantiser::exact and near_tie; with equal scales every marked value is a tie, see marks_are_ties), ORT's
+  // float value where it lies on a tie (as ort_float_value_2d: each in-image element dequantised in float, added
+  // in row-major window order, the sum divided by the count, then by y_scale, plus y_zero_point; clamped and
+  // rounded as rounded_output), the float pass's value (rounded) where unmarked. Every lane computed, the marked
+  // lanes selected: about the cost of a few windows per vector, not a scalar evaluation per tie (with equal scales
+  // a sixth of the edge windows are ties). kEdges: lanes may lie in column 0 or w - 1.
+  template <bool kUp, bool kDown, bool kEdges>
+  __attribute__((always_inline)) Ints settled(const float* const* window_rows, int64_t i, Ints difference, Ints marks,
+                                              Ints rounded) const {
+    constexpr int rows_valid = 1 + kUp + kDown;
+    const Ints all = Ints{} - 1;
+    Ints left_in = all, right_in = all;
+    if constexpr (kEdges) lanes_in(i, left_in, right_in);
+    const Ints columns = Ints{} + 1 - left_in - right_in;  // in-image columns of each window
+    Ints exact = rounded, tie = all;
+    if (!marks_are_ties_) exact_and_ties(difference, columns, rows_valid, exact, tie);
+    const int64_t c = c_;
+    Floats acc = {};
+    // lanes of columns 0 and w - 1 leave out their left / right column: where C is a multiple of kLength, all
+    // lanes of a vector alike (no select)
+    const bool any_left = !kEdges || any_lane(left_in), any_right = !kEdges || any_lane(right_in);
+    const bool all_left = !kEdges || !any_lane(~left_in), all_right = !kEdges || !any_lane(~right_in);
+    auto add = [&](const float* e, const Ints& inside, bool any, bool every) {
+      if (!any) return;
+      Floats term;
+      std::memcpy(&term, e, sizeof term);
+      acc = every ? acc + term : select(inside, acc + term, acc);
+    };
+    auto add_row = [&](const float* row) {
+      add(row + i - c, left_in, any_left, all_left);
+      add(row + i, all, true, true);
+      add(row + i + c, right_in, any_right, all_right);
+    };
+    if constexpr (kUp) add_row(window_rows[0]);
+    add_row(window_rows[1]);
+    if constexpr (kDown) add_row(window_rows[2]);
+    const Floats count = q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
+    const Ints ort = __builtin_convertvector(
+        Lanes::rounded(Lanes::clamped(acc / count / q_.y_scale + static_cast<float>(q_.y_zero_point))), Ints);
+    return select(marks, select(tie, ort, exact), rounded);
+  }
+
+  // The exact value of each lane, difference x window_scale(rows_valid x columns) + y_zero_point in double,
+  // clamped and rounded half to even (as Requantiser::exact), and whether it lies on a tie (all ones, as
+  // near_tie). Half the lanes at a time (a double is twice as wide).
+  void exact_and_ties(const Ints& difference, const Ints& columns, int rows_valid, Ints& exact, Ints& tie) const {
+    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
+    const Doubles low = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
+    const Doubles high = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
+    const Doubles band = Doubles{} + kTieBand;
+    HalfInts exact_half[2], tie_half[2];
+    for (int h = 0; h < 2; ++h) {
+      const Longs cols = __builtin_convertvector(half(columns, h), Longs);
+      auto scale_of = [&](int k) { return Longs(Doubles{} + exact_scale_[rows_valid][k]); };
+      const Doubles scale = Doubles((cols == 3 ? scale_of(3) : cols == 2 ? scale_of(2) : scale_of(1)));
+      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
+      v = v < low ? low : v;  // as clamp_to
+      v = v > high ? high : v;
+      const Doubles whole = (v + kRoundMagicDouble) - kRoundMagicDouble;  // as round_half_even
+      const Doubles off = v - whole;
+      exact_half[h] = __builtin_convertvector(whole, HalfInts);
+      tie_half[h] = __builtin_convertvector((off > band) | (off < -band), HalfInts);
+    }
+    exact = joined(exact_half[0], exact_half[1]);
+    tie = joined(tie_half[0], tie_half[1]);
+  }
+
+  // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
+  static HalfInts half(const Ints& a, int h) {
+    HalfInts out;
+    std::memcpy(&out, reinterpret_cast<const char*>(&a) + h * sizeof out, sizeof out);
+    return out;
+  }
+  static Ints joined(const HalfInts& lo, const HalfInts& hi) {
+    Ints out;
+    std::memcpy(&out, &lo, sizeof lo);
+    std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
+    return out;
+  }
+
+  const QLinearParams q_;
+  const Requantiser<Q, int16_t> requantiser_;
+  const bool marks_are_ties_;  // x_scale == y_scale: every marked value lies on a tie (Requantiser::marks_are_ties)
+  const bool edge_ties_;       // and windows of 4 and 6 elements at the edges: a sixth of their values on a tie
+  const int64_t h_, w_, c_, n_, image_;  // n_: values of a row; image_: of an image
+  float scale_[4][4] = {};               // [rows][columns] in the image: the float window scale
+  double exact_scale_[4][4] = {};        // and Requantiser::window_scale itself
+  bool middle_marks_[4] = {};            // [rows]: whether can_mark for the middle columns' windows
+  const int64_t row_stride_;             // floats per row of dequantised_: C before the row, C + kLength after
+  std::vector<int16_t> column_sums_;     // two rows' (see row_sums), with C zeros for each pad column
+  std::vector<float> dequantised_;       // three input rows (see dequantised_rows), 0 around each
+  int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of dequantised_: the input row it holds, or -1
+  const float* window_rows_[3] = {};               // dequantised_rows' answer
+};

@@ -1,0 +1,135 @@
+"""QLinearAveragePool's one-pass path for NHWC images with 3x3 windows, stride 1 and pads 1 (Nhwc3x3Pool, the avx2
+and avx512 builds; portable takes qlinear_pool's streamed passes, checked here the same way): images of at least 2
+channels and 16 values a row. Pins channel counts below, at and off the vector length (vectors reaching column 0 or
+w - 1 with lanes of several columns), images of 1 to 4 rows or columns, rows without a row above or below, rows too
+short for the kernel (sent elsewhere), the rounding ties of equal scales (count 4 and 6 windows at the edges land
+on exact .5) and of scales whose ratio puts count 9 windows on ties (settled from the exact value, then as ORT
+does), zero points at the range ends, batches. Checked against the float64 reference away from ties and against
+stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import onnx_pools
+import test_qlinear_average_pool as T
+from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
+from test_streaming import _isas
+
+ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}
+
+# (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
+# odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path)
+SHAPES = [
+    (1, 3, 8, 2),
+    (1, 1, 16, 3),
+    (2, 2, 3, 7),
+    (1, 4, 1, 17),
+    (1, 3, 2, 8),
+    (2, 5, 9, 8),
+    (1, 4, 4, 13),
+    (1, 6, 7, 24),
+    (1, 9, 12, 33),
+    (1, 5, 6, 64),
+    (2, 4, 5, 3),
+]
+
+# (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.02 (ratio 1.5) and
+# 0.045 / 0.01 (4.5) put count 9 windows near ties too, so the middle columns' marks are settled
+SCALES = [
+    (0.05, 0.05, "equal"),
+    (0.05, 0.05, "low high"),
+    (0.0371, 0.0297, "random"),
+    (0.03, 0.02, "random"),
+    (0.045, 0.01, "high low"),
+]
+
+
+def cases():
+    rng = np.random.default_rng(20261124)
+    out = []
+    for dtype in (np.uint8, np.int8):
+        lo, hi = QRANGE[np.dtype(dtype)]
+        for shape in SHAPES:
+            for xs, ys, zps in SCALES:
+                for cip in (0, 1):
+                    if zps == "equal":
+                        xz = yz = 128 if dtype == np.uint8 else 0
+                    elif zps == "low high":
+                        xz, yz = lo, hi
+                    elif zps == "high low":
+                        xz, yz = hi, lo
+                    else:
+                        xz, yz = (int(v) for v in rng.integers(lo, hi + 1, 2))
+                    x = rng.integers(lo, hi + 1, shape).astype(dtype)
+                    out.append((x, xs, xz, ys, yz, cip))
+    return out
+
+
+def check_all():
+    """Every case against the reference (away from ties) and stock ORT (everywhere)."""
+    for x, xs, xz, ys, yz, cip in cases():
+        attrs = dict(ATTRS, count_include_pad=cip)
+        params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
+        model, feeds = T.build_model(x.shape, x.dtype, attrs, params)
+        what = f"{x.dtype} NHWC x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
+        y = T.run_lib_counted(model, {"X": x, **feeds})
+        ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 1)
+        T.check_against_reference(y, ref, pre, what=what)
+        stock = T.stock_session(model).run(None, {"X": x, **feeds})[0]
+        differ = np.argwhere(stock != y)
+        assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
+
+
+def test_nhwc3x3_matches_reference_and_stock_ort():
+    check_all()
+
+
+def _pre(case):
+    x, xs, xz, ys, yz, cip = case
+    return qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 1)[1]
+
+
+def test_cases_reach_the_ties():
+    """The equal-scales cases put edge windows on ties and no others; the 0.03 / 0.02 ones interior windows too."""
+    all_cases = cases()
+    equal = next(c for c in all_cases if c[0].shape == (1, 5, 6, 64) and c[1] == c[3] and c[2] == c[4] and not c[5])
+    on_tie = near_tie(_pre(equal), T.TIE_TOL)
+    assert on_tie[:, 0].any() and on_tie[:, :, 0].any() and not on_tie[:, 1:-1, 1:-1].any()
+    heavy = next(c for c in all_cases if c[0].shape == (1, 9, 12, 33) and c[1] == 0.03 and c[5])
+    assert near_tie(_pre(heavy), T.TIE_TOL)[:, 1:-1, 1:-1].any()
+
+
+_ISA_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests_dir!r})
+    import onnx_pools
+    import test_qlinear_nhwc3x3 as P
+    assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()
+    P.check_all()
+    print("checked", len(P.cases()), "cases on", onnx_pools.active_isa())
+    """
+)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_nhwc3x3_on_each_isa(isa):
+    """The same checks with each other path forced (ONNX_POOLS_ISA is read when the library loads)."""
+    if isa == onnx_pools.active_isa():
+        pytest.skip("the path of this process: test_nhwc3x3_matches_reference_and_stock_ort")
+    env = dict(os.environ, ONNX_POOLS_ISA=isa)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))  # the onnx_pools under test
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    script = _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tests_dir)
+    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert f"checked {len(cases())} cases on {isa}" in r.stdout
