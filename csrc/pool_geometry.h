@@ -31,7 +31,9 @@ struct AxisGeometry {
 
   // The k of window j whose position j*stride - pad_begin + k*dilation falls inside [0, in): [k_lo, k_hi), maybe
   // empty. Loops over these, not over the whole kernel, stay bounded by the input however large the kernel.
-  void valid_range(int64_t j, int64_t& k_lo, int64_t& k_hi) const {
+  // (Always inlined, as valid_count: an out-of-line copy emitted by a per-ISA kernel file would be one weak symbol
+  // the linker could also hand to portable code, with that file's instructions in it.)
+  [[gnu::always_inline]] void valid_range(int64_t j, int64_t& k_lo, int64_t& k_hi) const {
     const int64_t start = j * stride - pad_begin;
     if (dilation == 1) {  // the usual case, without divisions
       k_lo = start >= 0 ? 0 : -start;
@@ -44,7 +46,7 @@ struct AxisGeometry {
     if (k_hi < k_lo) k_hi = k_lo;
   }
   // Number of window positions j*stride - pad_begin + k*dilation that fall inside [0, in).
-  int64_t valid_count(int64_t j) const {
+  [[gnu::always_inline]] int64_t valid_count(int64_t j) const {
     int64_t k_lo, k_hi;
     valid_range(j, k_lo, k_hi);
     return k_hi - k_lo;

@@ -13,17 +13,19 @@
 // (settled): the exact value in double, and where that lies on a tie, ORT's float evaluation, all lanes together.
 // Images of at least 2 channels and 16 values a row, any h and w.
 template <class Q>
-class Nhwc3x3Pool {
+class Nhwc3x3Pool : Window3x3Lanes<Q> {
+  using Shared = Window3x3Lanes<Q>;
+  using Shared::half, Shared::joined, Shared::narrow_one, Shared::select;
+
  public:
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
-  static_assert(kLength == Lanes::kLength);
   static constexpr int64_t kStep = 4 * kLength;  // values per step of the middle columns: the four vectors of a narrow
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
-  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
-  typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
-  typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
+  using HalfInts = typename Shared::HalfInts;
+  using Doubles = typename Shared::Doubles;
+  using Longs = typename Shared::Longs;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
     if (channels < 2 || g.axes.size() != 2) return false;
@@ -33,7 +35,8 @@ class Nhwc3x3Pool {
     return g.axes[1].in * channels >= 16;  // column_sums' one 16-value vector
   }
 
-  Nhwc3x3Pool(const PoolGeometry& g, const QLinearParams& q, int64_t channels)
+  // images: how many the call pools (small calls skip the can_mark test: it would cost more than it saves)
+  Nhwc3x3Pool(const PoolGeometry& g, const QLinearParams& q, int64_t channels, int64_t images)
       : q_(q),
         requantiser_(q, g.kernel_size),
         marks_are_ties_(requantiser_.marks_are_ties),
@@ -53,7 +56,7 @@ class Nhwc3x3Pool {
       }
       // (the row kinds the image has: 1 row alone, else 2 at its ends and 3 between)
       const bool occurs = h_ == 1 ? rows == 1 : rows == 2 || (rows == 3 && h_ > 2);
-      middle_marks_[rows] = occurs && can_mark(rows * 3, scale_[rows][3]);
+      middle_marks_[rows] = occurs && (images * image_ < kMarkCheckWork || can_mark(rows * 3, scale_[rows][3]));
     }
   }
 
@@ -190,25 +193,14 @@ class Nhwc3x3Pool {
     }
   }
 
-  // Whether the float pass (requantised) marks any window of `valid` elements and scale `scale`: tried on every
-  // difference from its zero sum such a window can have (valid x 255 + 1 of them, a few hundred vectors per call).
+  // Whether the float pass (requantised) marks any window of `valid` elements and scale `scale` (Shared::can_mark).
   // Marks are rare with distinct scales (a value within 2e-4 of a tie) and the values few, so that often none can
   // be marked and the middle columns skip the marks (about a third of their time); with equal scales none can in
   // windows of an odd count (see Requantiser::tie_free).
   bool can_mark(int valid, float scale) const {
-    const int32_t low = valid * (static_cast<int32_t>(std::numeric_limits<Q>::min()) - q_.x_zero_point);
-    const int32_t high = valid * (static_cast<int32_t>(std::numeric_limits<Q>::max()) - q_.x_zero_point);
-    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    Ints iota;
-    for (int k = 0; k < kLength; ++k) iota[k] = k;
-    for (int32_t d = low; d <= high; d += kLength) {
-      const Ints difference = iota + d;
-      Ints marked;
-      requantised(select(difference <= high, difference, Ints{} + high), Floats{} + scale, zero_point, marked);
-      if (any_lane(marked)) return true;
-    }
-    return false;
+    return Shared::can_mark(valid, scale, q_.x_zero_point, requantiser_.y_zero);
   }
+  static constexpr int64_t kMarkCheckWork = 4096;  // values of a call from which can_mark is tried
 
   // The kLength values from i of a row, any of them in column 0 or w - 1: each lane's window scale by its column.
   // tie_rows: the dequantised rows, where edge_ties_ (each vector settled, without a branch).
@@ -240,11 +232,6 @@ class Nhwc3x3Pool {
     left_in = at >= static_cast<int32_t>(c_);
     right_in = at < static_cast<int32_t>(n_ - c_);
   }
-
-  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
-    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
-  }
-  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
 
   // out[c_ + i], i in [0, n): the sum of value i over the window rows of the row at xr, less x_zero_point per
   // row (so that a window's three column sums add up to its difference from its zero sum). In int16 (at most
@@ -286,20 +273,9 @@ class Nhwc3x3Pool {
   static Ints low_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a))); }
   static Ints high_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1))); }
 
-  // The float pass of kLength windows (as Plane3x3Pool::requantised: Lanes::requantised's values and marks).
+  // The float pass of kLength windows (Lanes::requantised's values and marks).
   static Ints requantised(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
-    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
-    const Floats off = value - __builtin_convertvector(rounded, Floats);
-    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
-    return rounded;
-  }
-
-  // kLength values (whole, within int32) to Q, saturated, at out.
-  static void narrow_one(Ints a, Q* out) {
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+    return Shared::float_pass(difference, scale, zero_point, marked);
   }
 
   // kLength bytes from p as Ints, by the extending instructions.
@@ -359,42 +335,14 @@ class Nhwc3x3Pool {
     return select(marks, select(tie, ort, exact), rounded);
   }
 
-  // The exact value of each lane, difference x window_scale(rows_valid x columns) + y_zero_point in double,
-  // clamped and rounded half to even (as Requantiser::exact), and whether it lies on a tie (all ones, as
-  // near_tie). Half the lanes at a time (a double is twice as wide).
+  // Shared::exact_and_ties with each lane's window_scale(rows_valid x columns).
   void exact_and_ties(const Ints& difference, const Ints& columns, int rows_valid, Ints& exact, Ints& tie) const {
-    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
-    const Doubles low = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
-    const Doubles high = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
-    const Doubles band = Doubles{} + kTieBand;
-    HalfInts exact_half[2], tie_half[2];
-    for (int h = 0; h < 2; ++h) {
+    auto scale_of = [&](int h) {
       const Longs cols = __builtin_convertvector(half(columns, h), Longs);
-      auto scale_of = [&](int k) { return Longs(Doubles{} + exact_scale_[rows_valid][k]); };
-      const Doubles scale = Doubles((cols == 3 ? scale_of(3) : cols == 2 ? scale_of(2) : scale_of(1)));
-      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
-      v = v < low ? low : v;  // as clamp_to
-      v = v > high ? high : v;
-      const Doubles whole = (v + kRoundMagicDouble) - kRoundMagicDouble;  // as round_half_even
-      const Doubles off = v - whole;
-      exact_half[h] = __builtin_convertvector(whole, HalfInts);
-      tie_half[h] = __builtin_convertvector((off > band) | (off < -band), HalfInts);
-    }
-    exact = joined(exact_half[0], exact_half[1]);
-    tie = joined(tie_half[0], tie_half[1]);
-  }
-
-  // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
-  static HalfInts half(const Ints& a, int h) {
-    HalfInts out;
-    std::memcpy(&out, reinterpret_cast<const char*>(&a) + h * sizeof out, sizeof out);
-    return out;
-  }
-  static Ints joined(const HalfInts& lo, const HalfInts& hi) {
-    Ints out;
-    std::memcpy(&out, &lo, sizeof lo);
-    std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
-    return out;
+      auto scale = [&](int k) { return Longs(Doubles{} + exact_scale_[rows_valid][k]); };
+      return Doubles((cols == 3 ? scale(3) : cols == 2 ? scale(2) : scale(1)));
+    };
+    Shared::exact_and_ties(difference, scale_of, requantiser_.y_zero, exact, tie);
   }
 
   const QLinearParams q_;

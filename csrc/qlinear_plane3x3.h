@@ -17,6 +17,94 @@ inline bool any_lane(Ints m) {
   return !_mm256_testz_si256(__m256i(m), __m256i(m));
 }
 
+// The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in qlinear_nhwc3x3.h): the float
+// pass, the exact values in double, the narrowing, and the test whether a window kind can be marked at all.
+template <class Q>
+struct Window3x3Lanes {
+  using Lanes = RequantiseLanes<Q>;
+  static constexpr int kLength = kPlaneLanes;
+  static_assert(kLength == Lanes::kLength);
+  using Ints = typename Lanes::Ints;
+  using Floats = typename Lanes::Floats;
+  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
+  typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
+  typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
+
+  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
+    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
+  }
+  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
+
+  // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
+  // magic-number addition rounds in too), the mark as |off| > band
+  static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
+    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
+    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
+    const Floats off = value - __builtin_convertvector(rounded, Floats);
+    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
+    return rounded;
+  }
+
+  // Whether the float pass can mark a window of `valid` input elements with this scale: every difference from its
+  // zero sum such a window can hold (valid x (qmin - x_zero_point) .. valid x (qmax - x_zero_point)), tried once.
+  static bool can_mark(int64_t valid, float scale, int32_t x_zero_point, double y_zero) {
+    const int32_t lowest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::min() - x_zero_point);
+    const int32_t highest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::max() - x_zero_point);
+    const Floats zero_point = Floats{} + static_cast<float>(y_zero);
+    Ints iota;
+    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    for (int32_t d = lowest; d <= highest; d += kLength) {
+      const Ints difference = iota + d;
+      Ints marked;
+      float_pass(select(difference <= highest, difference, Ints{} + highest), Floats{} + scale, zero_point, marked);
+      if (any_lane(marked)) return true;
+    }
+    return false;
+  }
+
+  // The exact value of each lane, difference x scale_of(h) + y_zero in double (scale_of(h): the scales of lanes
+  // [h * kLength / 2, (h + 1) * kLength / 2)), clamped and rounded half to even (as Requantiser::exact), and
+  // whether it lies on a tie (all ones, as near_tie). Half the lanes at a time (a double is twice as wide).
+  template <class ScaleOf>
+  static void exact_and_ties(const Ints& difference, ScaleOf scale_of, double y_zero, Ints& exact, Ints& tie) {
+    const Doubles low = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
+    const Doubles high = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
+    const Doubles band = Doubles{} + kTieBand;
+    HalfInts exact_half[2], tie_half[2];
+    for (int h = 0; h < 2; ++h) {
+      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale_of(h) + y_zero;
+      v = v < low ? low : v;  // as clamp_to
+      v = v > high ? high : v;
+      const Doubles whole = (v + kRoundMagicDouble) - kRoundMagicDouble;  // as round_half_even
+      const Doubles off = v - whole;
+      exact_half[h] = __builtin_convertvector(whole, HalfInts);
+      tie_half[h] = __builtin_convertvector((off > band) | (off < -band), HalfInts);
+    }
+    exact = joined(exact_half[0], exact_half[1]);
+    tie = joined(tie_half[0], tie_half[1]);
+  }
+
+  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
+  static void narrow_one(Ints a, Q* out) {
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
+    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+  }
+
+  // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
+  static HalfInts half(const Ints& a, int h) {
+    HalfInts out;
+    std::memcpy(&out, reinterpret_cast<const char*>(&a) + h * sizeof out, sizeof out);
+    return out;
+  }
+  static Ints joined(const HalfInts& lo, const HalfInts& hi) {
+    Ints out;
+    std::memcpy(&out, &lo, sizeof lo);
+    std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
+    return out;
+  }
+};
+
 // Per plane of h x w: output (r, c) sums input rows r-1..r+1 and columns c-1..c+1 that lie in the plane. The plane
 // is taken row by row: the column sums of the row's window rows (less x_zero_point per element, so that pads add
 // 0) into a row buffer with a 0 on each side, then each output adds three neighbouring column sums and takes its
@@ -28,17 +116,19 @@ inline bool any_lane(Ints m) {
 // edge_columns); with distinct scales the middle rows gather marks only if their windows can be marked
 // (middle_rows_mark). Planes of at least kStep columns.
 template <class Q>
-class Plane3x3Pool {
+class Plane3x3Pool : Window3x3Lanes<Q> {
+  using Shared = Window3x3Lanes<Q>;
+  using Shared::float_pass, Shared::half, Shared::joined, Shared::narrow_one;
+
  public:
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
-  static_assert(kLength == Lanes::kLength);
   static constexpr int64_t kStep = 4 * kLength;  // outputs per step of a row: the four vectors Lanes::narrow packs
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
-  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));
-  typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
-  typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
+  using HalfInts = typename Shared::HalfInts;
+  using Doubles = typename Shared::Doubles;
+  using Longs = typename Shared::Longs;
 
   // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
   // takes the bytes out one by one on x86-64, which made the step ten times slower).
@@ -274,36 +364,6 @@ class Plane3x3Pool {
     return float_pass(difference, s, zero_point, marked);
   }
 
-  // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
-  // magic-number addition rounds in too), the mark as |off| > band
-  static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
-    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
-    const Floats off = value - __builtin_convertvector(rounded, Floats);
-    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
-    return rounded;
-  }
-
-  // Whether the float pass can mark a window of `valid` input elements: every difference from its zero sum such
-  // a window can hold (valid x (qmin - x_zero_point) .. valid x (qmax - x_zero_point)) through float_pass with
-  // the window's scale.
-  bool can_mark(int64_t valid) const {
-    constexpr int32_t qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
-    const int32_t lowest = static_cast<int32_t>(valid) * (qmin - q_.x_zero_point);
-    const int32_t highest = static_cast<int32_t>(valid) * (qmax - q_.x_zero_point);
-    const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
-    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    Ints iota;
-    for (int k = 0; k < kLength; ++k) iota[k] = k;
-    Ints any{};
-    for (int32_t d = lowest; d <= highest; d += kLength) {
-      const Ints difference = iota + d;
-      Ints marked;
-      float_pass(difference <= highest ? difference : Ints{} + highest, scale, zero_point, marked);
-      any |= marked;
-    }
-    return any_lane(any);
-  }
   // With distinct scales the float pass marks only windows whose value can lie within kMarkBand of a tie; for
   // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can (0.05 / 0.031:
   // fractions k / 279 and k / 186), and those rows then round without gathering marks (a quarter of their
@@ -324,6 +384,10 @@ class Plane3x3Pool {
       return last.marks;
     }
     if (work < kMarkCheckWork) return true;
+    auto can_mark = [&](int64_t valid) {
+      return Shared::can_mark(valid, static_cast<float>(requantiser_.window_scale(valid)), q_.x_zero_point,
+                              requantiser_.y_zero);
+    };
     const bool marks = can_mark(9) || can_mark(6);
     last = {true, q_.x_scale, q_.y_scale, q_.x_zero_point, q_.y_zero_point, q_.count_include_pad, marks};
     return marks;
@@ -369,13 +433,6 @@ class Plane3x3Pool {
   // The first (side 0) or last (side 1) four bytes of each row of the plane, row r at r + 1, 0 before the first
   // row and after the last (edge_columns loads a vector from any row -1 .. h - 1).
   int32_t* edge_dwords(int side) { return edge_dwords_.data() + side * (h_ + 2 + kLength); }
-
-  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
-  static void narrow_one(Ints a, Q* out) {
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-  }
 
   // What window_at needs of the rows it is called for (which of them the windows have: rows_valid)
   struct WindowConstants {
@@ -544,49 +601,20 @@ class Plane3x3Pool {
     }
   }
 
-  // The exact value of each lane, difference x scale + y_zero_point in double, clamped and rounded half to even
-  // (as Requantiser::exact), and whether it lies on a tie (all ones, as near_tie): the scale is scale_if_set in
-  // the lanes where `which` is set, scale_if_clear elsewhere. Half the lanes at a time (a double is twice as wide).
+  // Shared::exact_and_ties with scale_if_set in the lanes where `which` is set, scale_if_clear elsewhere.
   void exact_and_ties(const Ints& difference, const Ints& which, double scale_if_set, double scale_if_clear,
                       Ints& exact, Ints& tie) const {
-    const Doubles y_zero = Doubles{} + requantiser_.y_zero;
-    const Doubles low = Doubles{} + static_cast<double>(std::numeric_limits<Q>::min());
-    const Doubles high = Doubles{} + static_cast<double>(std::numeric_limits<Q>::max());
-    const Doubles band = Doubles{} + kTieBand;
-    HalfInts exact_half[2], tie_half[2];
-    for (int h = 0; h < 2; ++h) {
+    auto scale_of = [&](int h) {
       const Longs set = __builtin_convertvector(half(which, h), Longs);
-      const Doubles scale =
-          Doubles((set & Longs(Doubles{} + scale_if_set)) | (~set & Longs(Doubles{} + scale_if_clear)));
-      Doubles v = __builtin_convertvector(half(difference, h), Doubles) * scale + y_zero;
-      v = v < low ? low : v;  // as clamp_to
-      v = v > high ? high : v;
-      const Doubles whole = (v + kRoundMagicDouble) - kRoundMagicDouble;  // as round_half_even
-      const Doubles off = v - whole;
-      exact_half[h] = __builtin_convertvector(whole, HalfInts);
-      tie_half[h] = __builtin_convertvector((off > band) | (off < -band), HalfInts);
-    }
-    exact = joined(exact_half[0], exact_half[1]);
-    tie = joined(tie_half[0], tie_half[1]);
+      return Doubles((set & Longs(Doubles{} + scale_if_set)) | (~set & Longs(Doubles{} + scale_if_clear)));
+    };
+    Shared::exact_and_ties(difference, scale_of, requantiser_.y_zero, exact, tie);
   }
 
   // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
   // count, then by y_scale, plus y_zero_point, clamped and rounded.
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
     return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
-  }
-
-  // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
-  static HalfInts half(const Ints& a, int h) {
-    HalfInts out;
-    std::memcpy(&out, reinterpret_cast<const char*>(&a) + h * sizeof out, sizeof out);
-    return out;
-  }
-  static Ints joined(const HalfInts& lo, const HalfInts& hi) {
-    Ints out;
-    std::memcpy(&out, &lo, sizeof lo);
-    std::memcpy(reinterpret_cast<char*>(&out) + sizeof lo, &hi, sizeof hi);
-    return out;
   }
 
   const QLinearParams q_;

@@ -985,7 +985,7 @@ void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, c
     return;
   }
   if (Nhwc3x3Pool<Q>::applies(g, channels)) {  // the same windows over NHWC images: one pass per image row
-    Nhwc3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    Nhwc3x3Pool<Q>(g, q, channels, units).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
 #endif

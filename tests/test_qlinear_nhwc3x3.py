@@ -26,7 +26,8 @@ from test_streaming import _isas
 ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}
 
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
-# odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path)
+# odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path);
+# an image of 4608 values, enough for the call to try can_mark (smaller calls always gather the middle marks)
 SHAPES = [
     (1, 3, 8, 2),
     (1, 1, 16, 3),
@@ -39,6 +40,7 @@ SHAPES = [
     (1, 9, 12, 33),
     (1, 5, 6, 64),
     (2, 4, 5, 3),
+    (1, 12, 24, 16),
 ]
 
 # (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.02 (ratio 1.5) and
