@@ -9,18 +9,13 @@ away from ties and against stock ORT (identical: the ties are ORT's own float se
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import onnx_pools
 import test_qlinear_average_pool as T
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
-from test_streaming import _isas
+from test_streaming import _isas, check_on_isa
 
 ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
 
@@ -89,29 +84,9 @@ def test_equal_scales_put_edge_windows_on_ties():
     assert on_tie[..., 0, :].any() and on_tie[..., :, 0].any() and not on_tie[..., 1:-1, 1:-1].any()
 
 
-_ISA_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.path.insert(0, {tests_dir!r})
-    import onnx_pools
-    import test_qlinear_plane3x3 as P
-    assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()
-    P.check_all()
-    print("checked", len(P.cases()), "cases on", onnx_pools.active_isa())
-    """
-)
-
-
 @pytest.mark.parametrize("isa", _isas())
 def test_plane3x3_on_each_isa(isa):
-    """The same checks with each other path forced (ONNX_POOLS_ISA is read when the library loads)."""
+    """The same checks with each other path forced."""
     if isa == onnx_pools.active_isa():
         pytest.skip("the path of this process: test_plane3x3_matches_reference_and_stock_ort")
-    env = dict(os.environ, ONNX_POOLS_ISA=isa)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))  # the onnx_pools under test
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    script = _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=tests_dir)
-    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    assert f"checked {len(cases())} cases on {isa}" in r.stdout
+    check_on_isa(isa, "test_qlinear_plane3x3", len(cases()))

@@ -306,6 +306,25 @@ def _isas():
     return isas
 
 
+def check_on_isa(isa, module, cases):
+    """Runs tests/`module`.check_all() in a subprocess with ONNX_POOLS_ISA=isa (read when the library loads), on the
+    onnx_pools under test, and asserts that it checked `cases` cases on that path."""
+    env = dict(os.environ, ONNX_POOLS_ISA=isa)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    script = (
+        f"import onnx_pools, {module} as m\n"
+        f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
+        "m.check_all()\n"
+        "print('checked', len(m.cases()), 'cases on', onnx_pools.active_isa())\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    assert f"checked {cases} cases on {isa}" in r.stdout, r.stdout[-3000:]
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_streaming_on_every_isa(isa):
     """The same checks with the instruction set forced (ONNX_POOLS_ISA is read when the library loads)."""
