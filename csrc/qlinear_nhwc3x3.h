@@ -47,8 +47,8 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
         n_(w_ * channels),
         image_(h_ * n_),
         row_stride_(n_ + 2 * c_ + kLength),
-        column_sums_(static_cast<size_t>(2 * (n_ + 2 * c_)), 0),
-        dequantised_(static_cast<size_t>(3 * row_stride_), 0.0f) {
+        column_sums_(static_cast<size_t>(2 * (n_ + 2 * c_))),
+        dequantised_(static_cast<size_t>(3 * row_stride_)) {
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
@@ -354,8 +354,8 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   double exact_scale_[4][4] = {};        // and Requantiser::window_scale itself
   bool middle_marks_[4] = {};            // [rows]: whether can_mark for the middle columns' windows
   const int64_t row_stride_;             // floats per row of dequantised_: C before the row, C + kLength after
-  std::vector<int16_t> column_sums_;     // two rows' (see row_sums), with C zeros for each pad column
-  std::vector<float> dequantised_;       // three input rows (see dequantised_rows), 0 around each
+  ZeroedArray<int16_t> column_sums_;     // two rows' (see row_sums), with C zeros for each pad column
+  ZeroedArray<float> dequantised_;       // three input rows (see dequantised_rows), 0 around each
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of dequantised_: the input row it holds, or -1
   const float* window_rows_[3] = {};               // dequantised_rows' answer
 };

@@ -17,6 +17,24 @@ inline bool any_lane(Ints m) {
   return !_mm256_testz_si256(__m256i(m), __m256i(m));
 }
 
+// n values, zero-filled, in a ScratchBuffer: the per-ISA kernel files keep no std containers (kernels.h), since a
+// std::vector member instantiated here could leave a weak symbol built with this file's instructions, which the
+// linker may hand to the portable path too. This class has internal linkage (the per-ISA anonymous namespace).
+template <class T>
+class ZeroedArray {
+ public:
+  explicit ZeroedArray(size_t n) : memory_(sizeof(T) * n), data_(memory_.as<T>()) {
+    std::memset(static_cast<void*>(data_), 0, sizeof(T) * n);
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  T& operator[](size_t i) { return data_[i]; }
+
+ private:
+  ScratchBuffer memory_;
+  T* const data_;
+};
+
 // The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in qlinear_nhwc3x3.h): the float
 // pass, the exact values in double, the narrowing, and the test whether a window kind can be marked at all.
 template <class Q>
@@ -157,13 +175,13 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         size_(g.in_size),
         // the bytes settle_row reads around a vector, from its first index - w - 1 to its last + w + 1
         edge_copy_(static_cast<size_t>(2 * w_ + kLength + 2)),
-        column_sums_(static_cast<size_t>(2 * (w_ + 2)), 0),
+        column_sums_(static_cast<size_t>(2 * (w_ + 2))),
         scale_outer_(static_cast<size_t>(w_)),
         scale_middle_(static_cast<size_t>(w_)),
-        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0),
-        edge_pairs_(static_cast<size_t>(h_ + 2 + kLength), 0),
-        edge_terms_(static_cast<size_t>(2 * (h_ + 2 + kLength)), 0),
-        row_terms_(ties_at_edges_ ? static_cast<size_t>(2 * (w_ + 2)) : 0, 0),
+        edge_dwords_(static_cast<size_t>(2 * (h_ + 2 + kLength))),
+        edge_pairs_(static_cast<size_t>(h_ + 2 + kLength)),
+        edge_terms_(static_cast<size_t>(2 * (h_ + 2 + kLength))),
+        row_terms_(ties_at_edges_ ? static_cast<size_t>(2 * (w_ + 2)) : 0),
         count_outer_(ties_at_edges_ ? static_cast<size_t>(w_) : 0) {
     for (int64_t c = 0; c < w_; ++c) {
       const int64_t columns = c == 0 || c == w_ - 1 ? 2 : 3;
@@ -632,13 +650,13 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   bool marks_middle_ = !marks_are_ties_;
   const bool marks_outer_ = !marks_are_ties_;
   const int64_t h_, w_, size_;
-  std::vector<Q> edge_copy_;          // settle_row's bytes at the call's first or last plane, 0 outside the planes
-  std::vector<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column
-  std::vector<float> scale_outer_;    // per column, the float window scale in the first and last row
-  std::vector<float> scale_middle_;   // and in the rows between
-  std::vector<int32_t> edge_dwords_;  // see edge_dwords
-  std::vector<int32_t> edge_pairs_;   // see edge_columns
-  std::vector<float> edge_terms_;     // and its two columns' dequantised elements
-  std::vector<float> row_terms_;      // border_row's two window rows dequantised, each with a 0 on each side
-  std::vector<float> count_outer_;    // per column, the element count of the first and last row's windows
+  ZeroedArray<Q> edge_copy_;          // settle_row's bytes at the call's first or last plane, 0 outside the planes
+  ZeroedArray<int16_t> column_sums_;  // two rows' (see row_sums), with a 0 for each pad column
+  ZeroedArray<float> scale_outer_;    // per column, the float window scale in the first and last row
+  ZeroedArray<float> scale_middle_;   // and in the rows between
+  ZeroedArray<int32_t> edge_dwords_;  // see edge_dwords
+  ZeroedArray<int32_t> edge_pairs_;   // see edge_columns
+  ZeroedArray<float> edge_terms_;     // and its two columns' dequantised elements
+  ZeroedArray<float> row_terms_;      // border_row's two window rows dequantised, each with a 0 on each side
+  ZeroedArray<float> count_outer_;    // per column, the element count of the first and last row's windows
 };
