@@ -15,7 +15,7 @@
 template <class Q>
 class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::half, Shared::joined, Shared::narrow_one, Shared::select;
+  using Shared::half, Shared::joined, Shared::narrow_one, Shared::select, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -28,11 +28,8 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using Longs = typename Shared::Longs;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
-    if (channels < 2 || g.axes.size() != 2) return false;
-    for (const AxisGeometry& a : g.axes) {
-      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
-    }
-    return g.axes[1].in * channels >= 16;  // column_sums' one 16-value vector
+    // at least column_sums' one 16-value vector a row
+    return channels >= 2 && Shared::same_size_3x3(g) && g.axes[1].in * channels >= 16;
   }
 
   // images: how many the call pools (small calls skip the can_mark test: it would cost more than it saves)
@@ -278,12 +275,6 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     return Shared::float_pass(difference, scale, zero_point, marked);
   }
 
-  // kLength bytes from p as Ints, by the extending instructions.
-  static Ints widened(const Q* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-  }
-
   // settled() out of line, for the rare marks.
   template <bool kUp, bool kDown, bool kEdges>
   __attribute__((noinline)) Ints settled_apart(const float* const* window_rows, int64_t i, Ints difference, Ints marks,
@@ -330,8 +321,7 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     add_row(window_rows[1]);
     if constexpr (kDown) add_row(window_rows[2]);
     const Floats count = q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
-    const Ints ort = __builtin_convertvector(
-        Lanes::rounded(Lanes::clamped(acc / count / q_.y_scale + static_cast<float>(q_.y_zero_point))), Ints);
+    const Ints ort = Shared::ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
     return select(marks, select(tie, ort, exact), rounded);
   }
 

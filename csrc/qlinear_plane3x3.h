@@ -53,6 +53,29 @@ struct Window3x3Lanes {
   }
   static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
 
+  // Whether the windows are 3x3, stride 1, pads 1 over a 2-D input (so outputs and inputs have the same size): the
+  // geometry both kernels take.
+  static bool same_size_3x3(const PoolGeometry& g) {
+    if (g.axes.size() != 2) return false;
+    for (const AxisGeometry& a : g.axes) {
+      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
+    }
+    return true;
+  }
+
+  // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
+  // takes the bytes out one by one on x86-64, which made the step ten times slower).
+  static Ints widened(const Q* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+  }
+
+  // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
+  // count, then by y_scale, plus y_zero_point, clamped and rounded.
+  static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
+    return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
+  }
+
   // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
   // magic-number addition rounds in too), the mark as |off| > band
   static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
@@ -136,7 +159,7 @@ struct Window3x3Lanes {
 template <class Q>
 class Plane3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::float_pass, Shared::half, Shared::joined, Shared::narrow_one;
+  using Shared::float_pass, Shared::half, Shared::joined, Shared::narrow_one, Shared::ort_rounded, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -148,20 +171,8 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   using Doubles = typename Shared::Doubles;
   using Longs = typename Shared::Longs;
 
-  // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
-  // takes the bytes out one by one on x86-64, which made the step ten times slower).
-  static Ints widened(const Q* p) {
-    constexpr bool kSigned = std::is_signed_v<Q>;
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(kSigned ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-  }
-
   static bool applies(const PoolGeometry& g, int64_t channels) {
-    if (channels != 1 || g.axes.size() != 2) return false;
-    for (const AxisGeometry& a : g.axes) {
-      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
-    }
-    return g.axes[0].in >= 3 && g.axes[1].in >= kStep;
+    return channels == 1 && Shared::same_size_3x3(g) && g.axes[0].in >= 3 && g.axes[1].in >= kStep;
   }
 
   Plane3x3Pool(const PoolGeometry& g, const QLinearParams& q)
@@ -627,12 +638,6 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       return Doubles((set & Longs(Doubles{} + scale_if_set)) | (~set & Longs(Doubles{} + scale_if_clear)));
     };
     Shared::exact_and_ties(difference, scale_of, requantiser_.y_zero, exact, tie);
-  }
-
-  // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
-  // count, then by y_scale, plus y_zero_point, clamped and rounded.
-  static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
   }
 
   const QLinearParams q_;
