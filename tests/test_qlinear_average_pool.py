@@ -109,6 +109,22 @@ def run_lib_counted(model, feeds, threads=1):
     return y
 
 
+def check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last):
+    """One 3x3 pads-1 stride-1 case on the library (its kernel counted) against the float64 reference away from ties
+    and against stock ORT everywhere (identical: the ties are ORT's own float sequence)."""
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": cip, "channels_last": channels_last}
+    params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
+    model, feeds = build_model(x.shape, x.dtype, attrs, params)
+    layout = "NHWC" if channels_last else "NCHW"
+    what = f"{x.dtype} {layout} x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
+    y = run_lib_counted(model, {"X": x, **feeds})
+    ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, channels_last)
+    check_against_reference(y, ref, pre, what=what)
+    stock = stock_session(model).run(None, {"X": x, **feeds})[0]
+    differ = np.argwhere(stock != y)
+    assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
+
+
 def check_against_reference(y, ref, pre, what=""):
     assert y.dtype == ref.dtype, (y.dtype, ref.dtype)
     assert y.shape == ref.shape, f"{what}: shape {y.shape} expected {ref.shape}"

@@ -18,8 +18,6 @@ import test_qlinear_average_pool as T
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
 from test_streaming import _isas, check_on_isa
 
-ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1}
-
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
 # odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path);
 # an image of 4608 values, enough for the call to try can_mark (smaller calls always gather the middle marks)
@@ -73,16 +71,7 @@ def cases():
 def check_all():
     """Every case against the reference (away from ties) and stock ORT (everywhere)."""
     for x, xs, xz, ys, yz, cip in cases():
-        attrs = dict(ATTRS, count_include_pad=cip)
-        params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
-        model, feeds = T.build_model(x.shape, x.dtype, attrs, params)
-        what = f"{x.dtype} NHWC x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
-        y = T.run_lib_counted(model, {"X": x, **feeds})
-        ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 1)
-        T.check_against_reference(y, ref, pre, what=what)
-        stock = T.stock_session(model).run(None, {"X": x, **feeds})[0]
-        differ = np.argwhere(stock != y)
-        assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
+        T.check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last=1)
 
 
 def test_nhwc3x3_matches_reference_and_stock_ort():

@@ -17,8 +17,6 @@ import test_qlinear_average_pool as T
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
 from test_streaming import _isas, check_on_isa
 
-ATTRS = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
-
 # (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
 # one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (middle_rows_mark)
 SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 64, 80)]
@@ -58,16 +56,7 @@ def cases():
 def check_all():
     """Every case against the reference (away from ties) and stock ORT (everywhere)."""
     for x, xs, xz, ys, yz, cip in cases():
-        attrs = dict(ATTRS, count_include_pad=cip)
-        params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
-        model, feeds = T.build_model(x.shape, x.dtype, attrs, params)
-        what = f"{x.dtype} x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
-        y = T.run_lib_counted(model, {"X": x, **feeds})
-        ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 0)
-        T.check_against_reference(y, ref, pre, what=what)
-        stock = T.stock_session(model).run(None, {"X": x, **feeds})[0]
-        differ = np.argwhere(stock != y)
-        assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
+        T.check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last=0)
 
 
 def test_plane3x3_matches_reference_and_stock_ort():

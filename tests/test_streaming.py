@@ -306,14 +306,21 @@ def _isas():
     return isas
 
 
-def check_on_isa(isa, module, cases):
-    """Runs tests/`module`.check_all() in a subprocess with ONNX_POOLS_ISA=isa (read when the library loads), on the
-    onnx_pools under test, and asserts that it checked `cases` cases on that path."""
+def isa_env(isa):
+    """The environment of a subprocess that loads the onnx_pools under test, and tests/, with ONNX_POOLS_ISA=isa (read
+    when the library loads)."""
     env = dict(os.environ, ONNX_POOLS_ISA=isa)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
+    return env
+
+
+def check_on_isa(isa, module, cases):
+    """Runs tests/`module`.check_all() in a subprocess with ONNX_POOLS_ISA=isa (read when the library loads), on the
+    onnx_pools under test, and asserts that it checked `cases` cases on that path."""
+    env = isa_env(isa)
     script = (
         f"import onnx_pools, {module} as m\n"
         f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
@@ -328,11 +335,7 @@ def check_on_isa(isa, module, cases):
 @pytest.mark.parametrize("isa", _isas())
 def test_streaming_on_every_isa(isa):
     """The same checks with the instruction set forced (ONNX_POOLS_ISA is read when the library loads)."""
-    env = dict(os.environ, ONNX_POOLS_ISA=isa)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
+    env = isa_env(isa)
     script = (
         "import onnx_pools, test_streaming as t\n"
         f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
