@@ -31,6 +31,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+# numpy's OpenBLAS worker threads (none of this timing uses BLAS) took CPU from the timed thread on a 2-core machine
+# (4-5% of perf samples in blas_thread_server): one thread, before numpy loads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 
 try:

@@ -35,6 +35,10 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 
+# numpy's OpenBLAS worker threads (none of this timing uses BLAS) took CPU from the timed thread on a 2-core machine
+# (4-5% of perf samples in blas_thread_server): one thread, before numpy loads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import numpy as np
 import onnx
 import onnxruntime as ort
