@@ -2,6 +2,7 @@
 
     python bench/bench.py [--threads 1,2] [--quick] [--cases SUBSTR[,SUBSTR]] [--json FILE] [--markdown FILE]
     python bench/bench.py --scaling [--isa ...] [--cases ...]    (the library's 1 -> 2 thread scaling, alone)
+    python bench/bench.py --spread [--isa ...]    (QLinearAveragePool: each configuration of a shape vs the fastest)
     python -m onnx_pools bench [same options]
 
 Each case is a one-node ONNX model.  It is timed
@@ -378,21 +379,22 @@ def _isa_worker():
         kind = msg[0]
         if kind == "isa":
             send(onnx_pools.active_isa())
-        elif kind == "setup":
-            _, model, x, threads = msg
-            runners.clear()
+        elif kind == "setup":  # (a key: kept beside the sessions of other keys, for --spread)
+            _, model, x, threads, *key = msg
+            if not key:
+                runners.clear()
             outputs = {}
             for t in threads:
                 sess = ort_session(model, True, t)
                 run, y = bound_runner(sess, x)
                 run()
-                runners[t] = (sess, run)
+                runners[(*key, t)] = (sess, run)
                 outputs[t] = y
             send(outputs)
         elif kind == "time":
-            _, op, t, target, min_runs, sample_s = msg
+            _, op, t, target, min_runs, sample_s, *key = msg
             before = onnx_pools.call_counts()[op]
-            ts, calls = time_runs(runners[t][1], target, min_runs, sample_s=sample_s)
+            ts, calls = time_runs(runners[(*key, t)][1], target, min_runs, sample_s=sample_s)
             send((ts, onnx_pools.call_counts()[op] - before == calls))
         elif kind == "clear":
             runners.clear()
@@ -747,6 +749,64 @@ def scaling_report(cases, thread_counts, workers, rng, small=False, markdown_pat
     return 0
 
 
+SPREAD_ROUNDS = 40  # --spread: rounds, each running every configuration of a shape on every ISA in turn
+
+
+def spread_report(cases, workers, rng, small=False, markdown_path=None):
+    """--spread: the QLinearAveragePool configurations of one shape (u8 / s8, distinct / equal scales,
+    count_include_pad 0 / 1) on the library alone, 1 thread, each ISA, every configuration in each of SPREAD_ROUNDS
+    rounds (SCALING_TARGET_S of runs per turn): how much slower the slowest is than the fastest. The table's rows are
+    timed minutes apart, and on a shared host a stretch of load moved single rows by 1.5x, more than the spread
+    measured. Reports each configuration's median time and its ratio to the fastest of its shape and ISA."""
+    groups = {}
+    for c in cases:
+        if c.op == "QLinearAveragePool" and not c.label.startswith("tiny"):
+            shape = small_shape(c.shape) if small else c.shape
+            layout = "NHWC" if c.attrs.get("channels_last") else "NCHW"
+            groups.setdefault((layout, tuple(shape)), []).append(c)
+    lines = [
+        "| layout, shape | ISA | configuration | lib ms | vs the fastest | kernel ran |",
+        "|---|---|---|---|---|---|",
+    ]
+    summary, ok_all = [], True
+    for (layout, shape), members in groups.items():
+        print(f"  QLinearAveragePool {layout} {'x'.join(map(str, shape))}: spread ...", file=sys.stderr, flush=True)
+        for k, c in enumerate(members):
+            x, model = make_input(c, shape, rng), build_model(c, shape)
+            for w in workers:
+                w.call("setup", model, x, [1], k)
+        samples = {(w.isa, k): [] for w in workers for k in range(len(members))}
+        ok = {w.isa: True for w in workers}
+        for _ in range(SPREAD_ROUNDS):
+            for w in workers:
+                for k, c in enumerate(members):
+                    ts, ran = w.call("time", c.op, 1, SCALING_TARGET_S, SCALING_RUNS, 0.0, k)
+                    ok[w.isa] &= ran
+                    samples[(w.isa, k)] += ts
+        for w in workers:
+            w.call("clear")
+            ms = [statistics.median(samples[(w.isa, k)]) * 1e3 for k in range(len(members))]
+            fastest = min(ms)
+            for c, m in zip(members, ms):
+                config = c.label.replace("QLinearAveragePool 3x3 pad1 ", "").replace(f" {layout}", "")
+                lines.append(
+                    f"| {layout} {'x'.join(map(str, shape))} | {w.isa} | {config} | {m:.3f} | {m / fastest:.2f} "
+                    f"| {'yes' if ok[w.isa] else 'NO'} |"
+                )
+            slowest = members[ms.index(max(ms))].label.replace("QLinearAveragePool 3x3 pad1 ", "")
+            summary.append(f"{layout} {w.isa}: slowest / fastest {max(ms) / fastest:.2f} ({slowest})")
+            ok_all &= ok[w.isa]
+    md = "\n".join(lines) + "\n\n" + "\n".join(f"- {line}" for line in summary) + "\n"
+    print(md)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(md)
+    if not ok_all:
+        print("error: the library's kernel did not run (call counter) in some rows", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
@@ -855,6 +915,12 @@ def main(argv=None):
         f"LpPool and QLinearAveragePool cases, each ISA alone, in {SCALING_ROUNDS} interleaved rounds",
     )
     ap.add_argument(
+        "--spread",
+        action="store_true",
+        help="instead of the table: each QLinearAveragePool configuration of a shape against the fastest, library "
+        f"only, 1 thread, each ISA, in {SPREAD_ROUNDS} interleaved rounds",
+    )
+    ap.add_argument(
         "--baseline",
         metavar="LIB",
         help="another build of libonnx_pools.so (e.g. an earlier commit's) timed on each ISA in the same "
@@ -893,6 +959,14 @@ def main(argv=None):
     if not workers:
         print(f"error: none of the ISAs {requested} runs here", file=sys.stderr)
         return 2
+    if args.spread:
+        try:
+            return spread_report(
+                cases, [w for w in workers if not w.baseline], np.random.default_rng(0), args.small, args.markdown
+            )
+        finally:
+            for w in workers:
+                w.stop()
     if args.scaling:
         if 1 not in threads:
             threads = [1] + threads
