@@ -32,17 +32,16 @@ double fold_vectors(typename Simd<A>::Value* acc) {
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
 // Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2:
-// 1.63 -> 1.47 ms over 2, GlobalMaxPool f32 8x256x56x56). On AVX2, one channel fewer where each element needs a
-// register of its own before it is added (a conversion from 16 bits, a power): 4 channels' 4 vectors of partial
+// 1.63 -> 1.47 ms over 2, GlobalMaxPool f32 8x256x56x56). On AVX2, one channel fewer for Lp, whose elements each
+// need registers of their own before they are added (a conversion, a power): 4 channels' 4 vectors of partial
 // sums take all 16 registers, and a spilled sum costs a store and a reload per step (GlobalLpPool f16 0.49 -> 0.34
-// ms; f32 unchanged, bound by memory). SSE2's two streams of sums spill too, yet one stream measured slower;
-// AVX-512 has 32 registers.
+// ms; f32 unchanged, bound by memory). An average of 16-bit values (a conversion only) measured faster with all 4
+// (GlobalAveragePool f16 32x64x112x112 2.62 -> 2.22 ms, bfloat16 1.07x, interleaved). SSE2's two streams of sums
+// spill too, yet one stream measured slower; AVX-512 has 32 registers.
 template <class T, Reduction R>
-constexpr int kStreamsOf =
-    R == Reduction::Max ? 4
-    : kVectorBytes == 32 && (R == Reduction::Lp || (R == Reduction::Average && !std::is_same_v<T, AccOf<T>>))
-        ? kStreams - 1
-        : kStreams;
+constexpr int kStreamsOf = R == Reduction::Max                        ? 4
+                           : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
+                                                                      : kStreams;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
