@@ -17,7 +17,8 @@ time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread
 of microseconds) are timed as means of bursts of runs (~0.3 ms each) in 40 interleaved rounds instead.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
 of numpy's max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool (t threads) over a 128 MB
-float32 array (four times the last-level cache); the fastest counts.
+float32 array (four times the last-level cache); the fastest counts.  The big global pools' (inputs over 1 MiB) is
+read again in their own rounds (the library's GlobalMaxPool over that array), and their % of ceiling uses it.
 Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
 """
 
