@@ -25,6 +25,7 @@ Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -308,14 +309,21 @@ def bound_runner(sess, x):
 CEILING_VALUES = 32 * 1024 * 1024  # float32 values of the ceiling's array: 128 MB, four times the last-level cache
 
 
+@functools.cache
+def ceiling_array():
+    """The ceiling's array, made once: read_ceiling and every case's in-rounds ceiling read the same 128 MB."""
+    return np.ones(CEILING_VALUES, dtype=np.float32)
+
+
+@functools.cache
 def ceiling_runner(threads):
-    """(run, bytes): the library's GlobalMaxPool over the ceiling's array in 2048 channels (see read_ceiling), for
-    timing in a case's own rounds."""
-    a = np.ones(CEILING_VALUES, dtype=np.float32)
+    """(run, bytes): the library's GlobalMaxPool over the ceiling's array in 2048 channels (see read_ceiling), at
+    `threads` threads; one session per thread count for the whole run (read_ceiling, then each case's rounds)."""
+    a = ceiling_array()
     shape = (1, 2048, CEILING_VALUES // 2048)  # channels of 64 KB: far apart (MBs) several streams gained nothing
     sess = ort_session(build_model(Case("GlobalMaxPool f32", "GlobalMaxPool", "float32", shape), shape), True, threads)
-    run, _ = bound_runner(sess, a.reshape(shape))
-    return (lambda sess=sess: run()), a.nbytes
+    run, _ = bound_runner(sess, a.reshape(shape))  # (run holds the session)
+    return run, a.nbytes
 
 
 def read_ceiling(threads, target, quick):
@@ -323,7 +331,7 @@ def read_ceiling(threads, target, quick):
     vectorised max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool over 2048 channels of
     it (`threads` threads); the fastest is the ceiling. (The library reads 2-4 channels side by side: one core
     reads several concurrent streams faster than one on some CPUs, e.g. AMD EPYC, ~23 vs ~18 GB/s.)"""
-    a = np.ones(CEILING_VALUES, dtype=np.float32)
+    a = ceiling_array()
     res = {}
     for name, fn in (("numpy_max_1thread", a.max), ("numpy_sum_1thread", a.sum)):
         t, _ = time_fn(fn, target, 5)
@@ -697,10 +705,19 @@ def memory_report(requested, markdown_path=None):
                 )
                 print(lines[-1], file=sys.stderr, flush=True)
     md = "\n".join(lines) + f"\n\nlargest: {worst / 2**20:.1f} MiB (target: at most 64 MiB)\n"
+    return finish_report(md, markdown_path)
+
+
+def finish_report(md, markdown_path, kernel_ran=True):
+    """A report mode's end: its markdown printed (and written to markdown_path), exit status 1 when the library's
+    kernel did not run in some row (call counter), else 0."""
     print(md)
     if markdown_path:
         with open(markdown_path, "w") as f:
             f.write(md)
+    if not kernel_ran:
+        print("error: the library's kernel did not run (call counter) in some rows", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -758,15 +775,7 @@ def scaling_report(cases, thread_counts, workers, rng, small=False, markdown_pat
                     f"| {'yes' if ok[w.isa] else 'NO'} |"
                 )
                 ok_all &= ok[w.isa]
-    md = "\n".join(lines) + "\n"
-    print(md)
-    if markdown_path:
-        with open(markdown_path, "w") as f:
-            f.write(md)
-    if not ok_all:
-        print("error: the library's kernel did not run (call counter) in some rows", file=sys.stderr)
-        return 1
-    return 0
+    return finish_report("\n".join(lines) + "\n", markdown_path, ok_all)
 
 
 SPREAD_ROUNDS = 40  # --spread: rounds, each running every configuration of a shape on every ISA in turn
@@ -778,6 +787,10 @@ def spread_report(cases, workers, rng, small=False, markdown_path=None):
     rounds (SCALING_TARGET_S of runs per turn): how much slower the slowest is than the fastest. The table's rows are
     timed minutes apart, and on a shared host a stretch of load moved single rows by 1.5x, more than the spread
     measured. Reports each configuration's median time and its ratio to the fastest of its shape and ISA."""
+
+    def configuration(c):  # "u8 NCHW distinct cip0" of the case's label
+        return c.label.replace("QLinearAveragePool 3x3 pad1 ", "")
+
     groups = {}
     for c in cases:
         if c.op == "QLinearAveragePool" and not c.label.startswith("tiny"):
@@ -808,23 +821,16 @@ def spread_report(cases, workers, rng, small=False, markdown_path=None):
             ms = [statistics.median(samples[(w.isa, k)]) * 1e3 for k in range(len(members))]
             fastest = min(ms)
             for c, m in zip(members, ms):
-                config = c.label.replace("QLinearAveragePool 3x3 pad1 ", "").replace(f" {layout}", "")
+                config = configuration(c).replace(f" {layout}", "")
                 lines.append(
                     f"| {layout} {'x'.join(map(str, shape))} | {w.isa} | {config} | {m:.3f} | {m / fastest:.2f} "
                     f"| {'yes' if ok[w.isa] else 'NO'} |"
                 )
-            slowest = members[ms.index(max(ms))].label.replace("QLinearAveragePool 3x3 pad1 ", "")
+            slowest = configuration(members[ms.index(max(ms))])
             summary.append(f"{layout} {w.isa}: slowest / fastest {max(ms) / fastest:.2f} ({slowest})")
             ok_all &= ok[w.isa]
     md = "\n".join(lines) + "\n\n" + "\n".join(f"- {line}" for line in summary) + "\n"
-    print(md)
-    if markdown_path:
-        with open(markdown_path, "w") as f:
-            f.write(md)
-    if not ok_all:
-        print("error: the library's kernel did not run (call counter) in some rows", file=sys.stderr)
-        return 1
-    return 0
+    return finish_report(md, markdown_path, ok_all)
 
 
 def _f(v, fmt):
