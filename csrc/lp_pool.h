@@ -128,17 +128,21 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
     };
     auto finish = [&](int64_t oh, int64_t begin, int64_t n, const A* sums) {
       int64_t bad = 0;
+      int32_t unsure = 0;
       if (e == 0) {
         for (int64_t j = 0; j < n; ++j) {
           bad += !window_sum_trusted(sums[j]);
-          roots[j] = root_for(power, sums[j]);
+          roots[j] = loop_root(power, sums[j], unsure);
         }
       } else {
         for (int64_t j = 0; j < n; ++j) {
           bad += !window_sum_trusted(sums[j]);
-          roots[j] = root_for(power, sums[j]) * down.first * down.second;
+          roots[j] = loop_root(power, sums[j], unsure) * down.first * down.second;
         }
       }
+      settle_roots(
+          power, unsure, n, [&](int64_t j) { return sums[j]; },
+          [&](int64_t j, A root) { roots[j] = e == 0 ? root : root * down.first * down.second; });
       if (bad > 0) {
         if (redo_needed(bad)) return false;
         for (int64_t j = 0; j < n; ++j) {
@@ -394,19 +398,22 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         if constexpr (std::is_same_v<T, A>) out = y_row;
         int32_t bad = 0;  // at most out_w <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
         auto finish = [&](auto sum_at) {
+          int32_t unsure = 0;
           if (e == 0) {
             for (int64_t j = 0; j < out_w; ++j) {
               const A sum = sum_at(j);
               bad += !window_sum_trusted(sum);
-              out[j] = root_for(power, sum);
+              out[j] = loop_root(power, sum, unsure);
             }
           } else {
             for (int64_t j = 0; j < out_w; ++j) {
               const A sum = sum_at(j);
               bad += !window_sum_trusted(sum);
-              out[j] = root_for(power, sum) * down.first * down.second;
+              out[j] = loop_root(power, sum, unsure) * down.first * down.second;
             }
           }
+          settle_roots(power, unsure, out_w, sum_at,
+                       [&](int64_t j, A root) { out[j] = e == 0 ? root : root * down.first * down.second; });
         };
         const A* c1 = c0 + op;
         const A* c2 = c1 + op;
@@ -511,8 +518,8 @@ struct PairShuffles {
   }
 };
 
-// One output row of the pipelined path: out[j] = root(cur[j]) for n windows, counting the untrusted sums, and (when
-// next_in is not null) next[j] = the window sums of the KR input rows from next_in, in tile_sum's order. 2-column
+// One output row of the pipelined path: out[j] = down(root of cur[j]) for n windows, counting the untrusted sums, and
+// (when next_in is not null) next[j] = the window sums of the KR input rows from next_in, in tile_sum's order. 2-column
 // windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's even/odd
 // permutes before the powers), both rows of a window added before the order is restored.
 // (Kept out of line: inlined into the plane loop, LpPool 2x2 s2 p=3 8x64x112x112 took 4.2 instead of 3.7 ms on avx2.)
@@ -521,10 +528,10 @@ struct PairShuffles {
 // the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
 // (#pragma GCC unroll 2 on the roots' loop, to interleave two vectors' long cube-root chains: no faster, per-round
 // ratio 0.96. Profile of that loop: ~75% of pipelined_row, most samples on the double steps and the conversions.)
-template <int KR, int KC, class A, class Power, class Scale, class Root>
+template <int KR, int KC, class A, class Power, class Scale, class Down>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
-                                                      Power power, Scale scale, Root root) {
+                                                      Power power, Scale scale, Down down) {
   if (next_in != nullptr) {
     int64_t j = 0;
     if constexpr (KC == 2) {
@@ -544,10 +551,12 @@ template <int KR, int KC, class A, class Power, class Scale, class Root>
     for (; j < n; ++j) next[j] = tile_sum<KR, KC>(next_in, in_w, j, map);
   }
   int32_t bad = 0;  // n <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
+  int32_t unsure = 0;
   for (int64_t j = 0; j < n; ++j) {
     bad += !window_sum_trusted(cur[j]);
-    out[j] = root(cur[j]);
+    out[j] = down(loop_root(power, cur[j], unsure));
   }
+  settle_roots(power, unsure, n, [&](int64_t j) { return cur[j]; }, [&](int64_t j, A root) { out[j] = down(root); });
   return bad;
 }
 
@@ -568,7 +577,7 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
     A* yp = a.y;
     const int64_t plane = a.plane;
     const PowerOfTwo<A> up = a.up, down = a.down;
-    auto run = [&](auto scale, auto root) {
+    auto run = [&](auto scale, auto down_scale) {
       // the first output row's window sums
       for (int64_t j = 0; j < out_w; ++j) {
         sums[j] = tile_sum<KR, KC>(xp, in_w, j, [&](A v) { return power(scale(v)); });
@@ -586,7 +595,7 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
         }
         const A* next_in = oh + 1 < out_h ? xp + (oh + 1) * KR * in_w : nullptr;
         A* y_row = yp + oh * out_w;
-        const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, root);
+        const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, down_scale);
         if (bad == 0) continue;
         if (redo_needed(bad)) return;
         for (int64_t j = 0; j < out_w; ++j) {
@@ -595,11 +604,11 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
       }
     };
     if (a.e == 0) {
-      run([](auto v) __attribute__((always_inline)) { return v; },
-          [&](A sum) __attribute__((always_inline)) { return root_for(power, sum); });
+      auto same = [](auto v) __attribute__((always_inline)) { return v; };
+      run(same, same);
     } else {
       run([&](auto v) __attribute__((always_inline)) { return v * up.first * up.second; },
-          [&](A sum) __attribute__((always_inline)) { return root_for(power, sum) * down.first * down.second; });
+          [&](A root) __attribute__((always_inline)) { return root * down.first * down.second; });
     }
   };
   for_each_plane_scaled(x, y, planes, g, lp, probe_buffer, plane_rows);

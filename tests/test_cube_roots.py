@@ -1,0 +1,125 @@
+"""LpPool p=3 roots, bit for bit: every float window sum's root is its correctly rounded cube root.
+
+The avx2, avx512 and neon builds take the roots of float window sums with fused multiply-adds (fused_cube_root in
+csrc/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root (settle_roots). The pairs
+below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one ulp off (found by running
+that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third of those are off), so a
+path that skipped the settling would fail here. Windows of (a, b) over a zero row, on the pipelined path (2x2
+stride 2), the blocked one (1x2 stride 1x2) and 1-D windows, mixed with random windows, on every ISA path. The
+expected roots are computed exactly (integer arithmetic on the midpoints), from the sums as float32 forms them.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import onnx_pools
+from conftest import run_op
+from test_streaming import _isas, check_on_isa
+
+HARD_PAIRS = [  # hexadecimal float32 values (float.fromhex)
+    ("0x1.c47ad8p0", "0x1.a3c01ep-1"),
+    ("0x1.524ce0p0", "0x1.c967a4p-1"),
+    ("0x1.6cdf46p0", "0x1.dc5150p-1"),
+    ("0x1.b4c744p0", "0x1.0558f6p-1"),
+    ("0x1.d699acp0", "0x1.7f7514p-1"),
+    ("0x1.6783e8p0", "0x1.6d4238p-1"),
+    ("0x1.619f42p0", "0x1.2e267cp-1"),
+    ("0x1.138918p0", "0x1.7f7088p-1"),
+    ("0x1.8650d2p0", "0x1.f546dap-1"),
+    ("0x1.acb3b2p0", "0x1.23bc40p-1"),
+    ("0x1.8c68bep0", "0x1.05a54ap-1"),
+    ("0x1.974a4ap0", "0x1.ed2f88p-1"),
+    ("0x1.800f6ep0", "0x1.13cbacp-1"),
+    ("0x1.d2362cp0", "0x1.02e0ccp-1"),
+    ("0x1.72424p0", "0x1.7d3a90p-1"),
+    ("0x1.9af4c6p0", "0x1.0de12ep-1"),
+]
+
+
+def hard_pairs() -> np.ndarray:
+    return np.array([[float.fromhex(v) for v in pair] for pair in HARD_PAIRS], dtype=np.float32)
+
+
+def correctly_rounded_cbrt(s: np.float32) -> np.float32:
+    """The float32 nearest to s^(1/3) (s > 0 normal), decided exactly: y is it iff the cubes of the midpoints
+    between y and its neighbours bracket s."""
+    exact = Fraction(float(s))
+    y = np.float32(np.cbrt(np.float64(s)))
+    while True:
+        up, down = np.nextafter(y, np.float32(np.inf)), np.nextafter(y, np.float32(0))
+        if ((Fraction(float(y)) + Fraction(float(up))) / 2) ** 3 < exact:
+            y = up
+        elif ((Fraction(float(y)) + Fraction(float(down))) / 2) ** 3 > exact:
+            y = down
+        else:
+            return y
+
+
+def window_sums(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a^3 + b^3 as the kernels form it in float32: (a * a) * a, then the pair's sum (zeros add exactly)."""
+    return (a * a) * a + (b * b) * b
+
+
+def cases():
+    """(attrs, x, expected y): windows of (a, b) pairs, the hard ones at scattered positions among random ones."""
+    rng = np.random.default_rng(20261124)
+    hard = hard_pairs()
+    out = []
+    # (windows per row, rows, planes): a vector's worth and more per row, tails, several planes and rows
+    for per_row, rows, planes in ((16, 1, 1), (21, 3, 2), (40, 5, 3)):
+        n = per_row * rows * planes
+        pairs = np.stack([1 + rng.random(n), 0.5 + rng.random(n) / 2], axis=1).astype(np.float32)
+        spots = rng.choice(n, size=min(n, 3 * len(hard)), replace=False)
+        pairs[spots] = hard[np.arange(len(spots)) % len(hard)]
+        a, b = pairs[:, 0], pairs[:, 1]
+        expected = np.array([correctly_rounded_cbrt(s) for s in window_sums(a, b)], dtype=np.float32)
+        ab = pairs.reshape(planes, rows, 2 * per_row)  # each row: a0 b0 a1 b1 ...
+        # 2x2 stride 2: the pairs over a zero row
+        x2 = np.zeros((1, planes, 2 * rows, 2 * per_row), np.float32)
+        x2[0, :, 0::2, :] = ab
+        out.append(
+            ({"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}, x2, expected.reshape(1, planes, rows, per_row))
+        )
+        # 1x2 stride 1x2: the pairs alone
+        x1 = ab.reshape(1, planes, rows, 2 * per_row)
+        out.append(
+            ({"kernel_shape": [1, 2], "strides": [1, 2], "p": 3}, x1, expected.reshape(1, planes, rows, per_row))
+        )
+        # 1-D windows of 2, stride 2
+        xd = ab.reshape(planes, rows, 2 * per_row)
+        out.append(({"kernel_shape": [2], "strides": [2], "p": 3}, xd, expected.reshape(planes, rows, per_row)))
+    return out
+
+
+def check_all():
+    for attrs, x, expected in cases():
+        y, _ = run_op("LpPool", 18, "float32", x, attrs)
+        bad = np.flatnonzero(y.ravel().view(np.uint32) != expected.ravel().view(np.uint32))
+        assert bad.size == 0, (
+            f"{attrs} {x.shape} on {onnx_pools.active_isa()}: {bad.size} roots not correctly rounded, "
+            f"first at {bad[0]}: {y.ravel()[bad[0]]!r} vs {expected.ravel()[bad[0]]!r}"
+        )
+
+
+def test_hard_pairs_are_hard_sums():
+    """The pairs' sums are not cubes of floats (their roots lie strictly between floats, so rounding is at stake)."""
+    a, b = hard_pairs().T
+    for s in window_sums(a, b):
+        y = correctly_rounded_cbrt(s)
+        assert Fraction(float(y)) ** 3 != Fraction(float(s))
+
+
+def test_cube_roots_correctly_rounded():
+    check_all()
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_cube_roots_on_each_isa(isa):
+    """The same checks with each other path forced."""
+    if isa == onnx_pools.active_isa():
+        pytest.skip("the path of this process: test_cube_roots_correctly_rounded")
+    check_on_isa(isa, "test_cube_roots", len(cases()))
