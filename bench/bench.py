@@ -17,8 +17,9 @@ time = median of all its runs, about 1 s of them (0.2 s with --quick) per thread
 of microseconds) are timed as means of bursts of runs (~0.3 ms each) in 40 interleaved rounds instead.
 GB/s = bytes of the input / median time.  The read-bandwidth ceiling is measured in the same run: the median times
 of numpy's max and sum (one thread), torch's sum and amax and the library's GlobalMaxPool (t threads) over a 128 MB
-float32 array (four times the last-level cache); the fastest counts.  The big global pools' (inputs over 1 MiB) is
-read again in their own rounds (the library's GlobalMaxPool over that array), and their % of ceiling uses it.
+float32 array (four times the last-level cache); the fastest counts.  The big global pools' and LpPool's (inputs over
+1 MiB) is read again in their own rounds (the library's GlobalMaxPool over that array), and their % of ceiling uses
+it.
 Outputs of lib and stock are compared (max |lib - stock| relative to max |stock|; quantized: in steps).
 """
 
@@ -533,10 +534,11 @@ def bench_case(case, shape, thread_counts, target, min_runs, rng, workers):
                     return case.torch_fn(xt)
 
             runners.append(("torch", t, run_torch))
-    # The big global pools' target is a share of the read ceiling, and this host's read speed drifted 1.7x within a
-    # session: their ceiling is read again in their own rounds (the library's GlobalMaxPool over the ceiling's array)
+    # The big global pools' and LpPool's targets are shares of the read ceiling, and this host's read speed drifted
+    # 1.7x within a session: their ceiling is read again in their own rounds (the library's GlobalMaxPool over the
+    # ceiling's array)
     ceiling_bytes = None
-    if case.op.startswith("Global") and x.nbytes > SMALL_BYTES:
+    if (case.op.startswith("Global") or case.op == "LpPool") and x.nbytes > SMALL_BYTES:
         for t in thread_counts:
             run_ceiling, ceiling_bytes = ceiling_runner(t)
             runners.append(("ceiling", t, run_ceiling))
@@ -888,8 +890,8 @@ def markdown(env, ceilings, results):
         "",
         "speed-up = other time / lib time (> 1: the library is faster). GB/s = input bytes / median time. "
         "max diff vs stock: relative to max |stock| (float), in quantization steps (uint8). lib % of ceiling: of the "
-        "ceiling above, but for the global pools over 1 MiB, whose ceiling (the library's GlobalMaxPool over the same "
-        "128 MB array) is read again in their own rounds: " + _ceiling_range(results) + ".",
+        "ceiling above, but for the global pools and LpPool over 1 MiB, whose ceiling (the library's GlobalMaxPool "
+        "over the same 128 MB array) is read again in their own rounds: " + _ceiling_range(results) + ".",
         "torch calls: "
         + "; ".join(
             sorted({f"{r['case'].rsplit(' ', 1)[0]}: {r['torch_call']}" for r in results if r.get("torch_call")})
