@@ -282,7 +282,8 @@ say "bit-for-bit comparison took $((SECONDS - t0)) s"
 
 # The CI subset (CI gives this whole step about 5 minutes): every op x element type through the bundled models and
 # the quantized models (uint8/int8, NCHW and NHWC), errors, the loader, registration, thread safety and
-# onnxruntime-extensions; the digests above already ran every op x type x layout on both kernel sets. Left to
+# onnxruntime-extensions, and the fused cube root's settled values (fmla on aarch64, both sets); the digests above
+# already ran every op x type x layout on both kernel sets. Left to
 # --full: the per-op random and targeted suites, hypothesis properties, generated fuzz cases, huge tensors, the
 # ONNX backend cases, the CLI and packaging tests, and the forced-ISA reruns of whole suites in subprocesses.
 SUBSET=(
@@ -293,6 +294,7 @@ SUBSET=(
   tests/test_registration.py
   tests/test_concurrency.py
   tests/test_extensions.py
+  tests/test_cube_roots.py
 )
 SUBSET_DESELECT=(--deselect tests/test_loader.py::test_forced_isa_subprocess)
 t0=$SECONDS
