@@ -12,8 +12,9 @@ is run by four sessions:
               its NCHWc layout),
   * plain:    so.register_custom_ops_library(onnx_pools.get_library_path()) alone (no model-based choice),
   * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere).
-Timing: interleaved rounds; in each round every session runs `reps` times back to back (reps chosen so that a
-session's turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
+Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
+pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
+turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
 Reported: the median over rounds, the spread (25th-75th percentile of the rounds, as a percentage of the median),
 and ratios stock / session of the medians with the 25th-75th percentile of the per-round ratios (a round's ratio
 compares runs taken seconds apart, so slow drift of the shared machine cancels). The layout nodes of each
@@ -153,20 +154,29 @@ def percentile(values, q):
 
 
 SPIN_SETTLE_S = 0.02
+# Runs of each session before its turn length is chosen (from the fastest of 3 more). The turn length used to come
+# from the second run alone, still slow at 2 threads (allocations, the pool's first wake-ups): a session then got 1-3
+# runs per turn, each right after a pause, and identical graphs timed 0.28-0.40x stock at batch 1 / 2 threads.
+WARMUP_RUNS = 5
 
 
 def time_sessions(sessions, feeds, rounds):
     """{engine: [per-round median seconds]} from interleaved rounds."""
     reps = {}
     for e, s in sessions.items():
-        s.run(None, feeds)
-        t0 = time.perf_counter()
-        s.run(None, feeds)
-        reps[e] = max(1, min(20, int(0.03 / max(time.perf_counter() - t0, 1e-6))))
+        for _ in range(WARMUP_RUNS):
+            s.run(None, feeds)
+        fastest = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            s.run(None, feeds)
+            fastest = min(fastest, time.perf_counter() - t0)
+        reps[e] = max(1, min(20, int(0.03 / max(fastest, 1e-6))))
     rounds_s = {e: [] for e in sessions}
     order = list(sessions)
     for r in range(rounds):
         for e in order[r % len(order) :] + order[: r % len(order)]:
+            sessions[e].run(None, feeds)  # untimed: wakes the session's pool threads, asleep since the pause
             ts = []
             for _ in range(reps[e]):
                 t0 = time.perf_counter()
