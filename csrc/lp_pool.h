@@ -140,9 +140,9 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
           roots[j] = loop_root(power, sums[j], unsure) * down.first * down.second;
         }
       }
-      settle_roots(
+      settle_roots(  // (with e == 0 both factors are 1: the product is the root itself)
           power, unsure, n, [&](int64_t j) { return sums[j]; },
-          [&](int64_t j, A root) { roots[j] = e == 0 ? root : root * down.first * down.second; });
+          [&](int64_t j, A root) { roots[j] = root * down.first * down.second; });
       if (bad > 0) {
         if (redo_needed(bad)) return false;
         for (int64_t j = 0; j < n; ++j) {
@@ -412,8 +412,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
               out[j] = loop_root(power, sum, unsure) * down.first * down.second;
             }
           }
-          settle_roots(power, unsure, out_w, sum_at,
-                       [&](int64_t j, A root) { out[j] = e == 0 ? root : root * down.first * down.second; });
+          settle_roots(power, unsure, out_w, sum_at,  // (with e == 0 both factors are 1: the root itself)
+                       [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
         };
         const A* c1 = c0 + op;
         const A* c2 = c1 + op;
@@ -527,7 +527,8 @@ struct PairShuffles {
 // optimize("no-tree-loop-distribution") measured no faster on avx2 (2x2 s2 p=3 min 3.6 -> 3.8 ms, medians equal):
 // the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
 // (#pragma GCC unroll 2 on the roots' loop, to interleave two vectors' long cube-root chains: no faster, per-round
-// ratio 0.96. Profile of that loop: ~75% of pipelined_row, most samples on the double steps and the conversions.)
+// ratio 0.96. Profile of that loop: ~75% of pipelined_row, most samples on the double steps and the conversions;
+// all three notes predate fused_cube_root, which took those double steps out of the FMA builds' loop.)
 template <int KR, int KC, class A, class Power, class Scale, class Down>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,

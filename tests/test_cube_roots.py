@@ -4,8 +4,9 @@ The avx2, avx512 and neon builds take the roots of float window sums with fused 
 csrc/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root (settle_roots). The pairs
 below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one ulp off (found by running
 that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third of those are off), so a
-path that skipped the settling would fail here. Windows of (a, b) over a zero row, on the pipelined path (2x2
-stride 2), the blocked one (1x2 stride 1x2) and 1-D windows, mixed with random windows, on every ISA path. The
+path that skipped the settling would fail here. Windows of (a, b), mixed with random windows, on each LpPool path
+that takes roots in a loop: pipelined (2x2 stride 2, over a zero row), blocked (1x2 stride 1x2, and 1-D windows of 2)
+and streamed (1x2 stride 2x2: the row stride above the row kernel), on every ISA path. The
 expected roots are computed exactly (integer arithmetic on the midpoints), from the sums as float32 forms them.
 """
 
@@ -88,6 +89,12 @@ def cases():
         x1 = ab.reshape(1, planes, rows, 2 * per_row)
         out.append(
             ({"kernel_shape": [1, 2], "strides": [1, 2], "p": 3}, x1, expected.reshape(1, planes, rows, per_row))
+        )
+        # 1x2 stride 2x2 (a row stride above the row kernel: streamed): the pairs, with rows skipped between them
+        xs = rng.random((1, planes, 2 * rows, 2 * per_row)).astype(np.float32)
+        xs[0, :, 0::2, :] = ab
+        out.append(
+            ({"kernel_shape": [1, 2], "strides": [2, 2], "p": 3}, xs, expected.reshape(1, planes, rows, per_row))
         )
         # 1-D windows of 2, stride 2
         xd = ab.reshape(planes, rows, 2 * per_row)
