@@ -136,7 +136,7 @@ def run(path):
     import onnxruntime as ort
 
     import onnx_pools
-    from onnx_pools.cli import from_ortvalue, to_ortvalue
+    from onnx_pools.ortvalues import from_ortvalue, to_ortvalue
 
     digests, not_ran = {}, []
     for name, op, opset, x, attrs in cases():

@@ -126,7 +126,7 @@ def producer(graph, tensor):
     "name,head", [("resnet_gap_f32.onnx", "GlobalAveragePool"), ("vgg_gmp_f32.onnx", "GlobalMaxPool")]
 )
 def test_bundled_benchmark_models_keep_ort_layout(name, head, tmp_path):
-    """The whole-model benchmark CNNs (bench/models.py): session_options(model=...) and plain registration give
+    """The whole-model benchmark CNNs (bench --whole-models): session_options(model=...) and plain registration give
     stock's optimised graph (the pool in the blocked layout, one ReorderOutput of the pooled output); a
     registration forced to take the pool (ort_layout=False, or the config entry onnx_pools.ort_layout=0) makes ORT
     put the ReorderOutput in front of it, where it converts the pool's whole input."""
