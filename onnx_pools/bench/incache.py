@@ -30,7 +30,8 @@ FLOAT_TYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 def in_cache_cases(small: bool) -> list[Case]:
-    """Every global op and float type, over (1, C, 64, 64) inputs of BYTES (64 x 64 planes, C from the type)."""
+    """Every global op and float type, over (1, C, 64, 64) inputs of BYTES, C from the type (--small: 16 x 16
+    planes, SMALL_BYTES)."""
     cases = []
     for op, label, attrs, torch_call in (
         ("GlobalAveragePool", "GlobalAveragePool", {}, GAP),
@@ -39,10 +40,10 @@ def in_cache_cases(small: bool) -> list[Case]:
     ):
         for dtype in FLOAT_TYPES:
             itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
-            channels = (SMALL_BYTES if small else BYTES) // (itemsize * 64 * 64)
-            cases.append(
-                Case(f"{label} {dtype}", op, dtype, (1, channels, 64, 64), attrs, False, torch_call[0], torch_call[1])
-            )
+            side = 16 if small else 64
+            channels = (SMALL_BYTES if small else BYTES) // (itemsize * side * side)
+            shape = (1, channels, side, side)
+            cases.append(Case(f"{label} {dtype}", op, dtype, shape, attrs, False, torch_call[0], torch_call[1]))
     return cases
 
 
