@@ -10,7 +10,16 @@ import sys
 import pytest
 
 import onnx_pools
-from onnx_pools.bench.report import HEADLINE_CASES, README_BEGIN, README_END, readme_summary, rewrite_readme
+from onnx_pools.bench.report import (
+    HEADLINE_CASES,
+    README_BEGIN,
+    README_END,
+    TABLES_BEGIN,
+    TABLES_END,
+    readme_summary,
+    rewrite_readme,
+    write_tables,
+)
 
 
 def _env():
@@ -62,10 +71,12 @@ def test_table_with_baseline_json_markdown_and_readme(tmp_path):
     JSON and markdown files, and the README summary rewritten between its markers."""
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{README_BEGIN}\nold summary\n{README_END}\nafter\n")
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Performance\n\nmethod\n{TABLES_BEGIN}\nold tables\n{TABLES_END}\n")
     code, out, err = bench(
         tmp_path,
         *("--cases", "GlobalMaxPool f32 1x8,LpPool 3x3 s1", "--threads", "1"),
-        *("--baseline", onnx_pools.get_library_path(), "--json", "b.json", "--markdown", "b.md"),
+        *("--baseline", onnx_pools.get_library_path(), "--json", "b.json", "--markdown", page),
         *("--readme", readme),
     )
     assert code == 0, err
@@ -87,7 +98,9 @@ def test_table_with_baseline_json_markdown_and_readme(tmp_path):
     for r in data["results"]:  # a max is exact; LpPool's float32 rounding differs from ORT's in the last bits
         assert r["lib_kernel_ok"] and r["lib_ms"] > 0
         assert r["max_diff_vs_stock"] == 0.0 if r["op"] == "GlobalMaxPool" else r["max_diff_vs_stock"] < 1e-6
-    md = (tmp_path / "b.md").read_text()
+    md = page.read_text()
+    assert md.startswith(f"# Performance\n\nmethod\n{TABLES_BEGIN}\n") and md.endswith(f"\n{TABLES_END}\n")
+    assert "old tables" not in md
     assert "- CPU: " in md and "- date: " in md and f"onnx-pools {onnx_pools.__version__}" in md
     assert "- read-bandwidth ceiling at 1 thread(s): " in md and tables(md)[0][0] == columns
     text = readme.read_text()
@@ -170,6 +183,15 @@ def test_rewrite_readme_replaces_only_between_markers(tmp_path):
         with pytest.raises(ValueError):
             rewrite_readme(str(path), "s")
         assert path.read_text() == broken
+
+
+def test_markdown_into_a_new_file(tmp_path):
+    """--markdown naming a file without the perf-tables markers writes it whole, under a title."""
+    path = tmp_path / "new.md"
+    write_tables(str(path), "tables\n")
+    assert path.read_text() == "# onnx-pools benchmark\n\ntables\n"
+    write_tables(str(path), "others\n")
+    assert path.read_text() == "# onnx-pools benchmark\n\nothers\n"
 
 
 def test_readme_summary_at_most_ten_rows():

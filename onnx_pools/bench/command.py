@@ -116,7 +116,7 @@ class _Run:
     def section(self, mode: str, markdown: str, kernel_ran: bool) -> None:
         self.sections.append((mode, markdown))
         self.kernel_ran &= kernel_ran
-        print(f"\n## {TITLES[mode]}\n\n{markdown}", flush=True)
+        print(f"\n### {TITLES[mode]}\n\n{markdown}", flush=True)
 
     def workers(self, baseline: bool) -> list[IsaWorker]:
         workers = start_workers(self.requested, self.args.baseline if baseline else None)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme and "table" not in modes:
         print("error: --readme needs the table's results (run the table, or --all)", file=sys.stderr)
         return 2
-    from onnx_pools.bench.report import environment, header, readme_summary, rewrite_readme
+    from onnx_pools.bench.report import environment, header, readme_summary, rewrite_readme, write_tables
 
     if args.readme:  # before hours of timing: the README must have the section to rewrite
         try:
@@ -280,9 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.markdown:
-        body = "\n".join(f"## {TITLES[mode]}\n\n{md}" for mode, md in run.sections)
-        with open(args.markdown, "w") as f:
-            f.write(f"# onnx-pools benchmark\n\n{header(env, run.ceilings)}\n{body}")
+        body = "\n".join(f"### {TITLES[mode]}\n\n{md}" for mode, md in run.sections)
+        write_tables(args.markdown, f"{header(env, run.ceilings)}\n{body}")
     if args.json and run.results:
         with open(args.json, "w") as f:
             ceilings = {str(k): v for k, v in run.ceilings.items()}

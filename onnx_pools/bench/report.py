@@ -23,11 +23,17 @@ __all__ = [
     "environment",
     "header",
     "readme_summary",
+    "rewrite_between",
     "rewrite_readme",
+    "write_tables",
 ]
 
 README_BEGIN = "<!-- perf-summary:begin -->"
 README_END = "<!-- perf-summary:end -->"
+# --markdown into an existing page (docs/performance.md) rewrites what lies between these; a file without them is
+# written whole
+TABLES_BEGIN = "<!-- perf-tables:begin -->"
+TABLES_END = "<!-- perf-tables:end -->"
 # The README's summary: one row per case (its label, without the shape), at 1 thread on the best path measured.
 HEADLINE_CASES = (
     "GlobalAveragePool f32",
@@ -184,14 +190,28 @@ def readme_summary(env: dict[str, Any], results: list[dict[str, Any]]) -> str:
     )
 
 
-def rewrite_readme(path: str, summary: str, dry_run: bool = False) -> None:
-    """Replaces what lies between README_BEGIN and README_END in the file at `path` with `summary` (dry_run: only
+def rewrite_between(path: str, begin: str, end: str, text: str, dry_run: bool = False) -> None:
+    """Replaces what lies between the markers `begin` and `end` in the file at `path` with `text` (dry_run: only
     checks that it could); ValueError when the markers are missing, repeated or out of order."""
-    text = Path(path).read_text()
-    pattern = re.compile(re.escape(README_BEGIN) + r".*?" + re.escape(README_END), re.DOTALL)
-    if len(pattern.findall(text)) != 1:
-        raise ValueError(f"{path}: expected one {README_BEGIN} ... {README_END} section")
+    content = Path(path).read_text()
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if len(pattern.findall(content)) != 1 or content.count(begin) != 1 or content.count(end) != 1:
+        raise ValueError(f"{path}: expected one {begin} ... {end} section")
     if dry_run:
         return
-    new = pattern.sub(lambda _: f"{README_BEGIN}\n{summary.strip()}\n{README_END}", text)
-    Path(path).write_text(new)
+    Path(path).write_text(pattern.sub(lambda _: f"{begin}\n{text.strip()}\n{end}", content))
+
+
+def rewrite_readme(path: str, summary: str, dry_run: bool = False) -> None:
+    """The README's performance summary (between README_BEGIN and README_END) replaced with `summary`."""
+    rewrite_between(path, README_BEGIN, README_END, summary, dry_run)
+
+
+def write_tables(path: str, text: str) -> None:
+    """--markdown: `text` between TABLES_BEGIN and TABLES_END of the file at `path` when it has them (a page such
+    as docs/performance.md), else the whole file, under a title."""
+    p = Path(path)
+    if p.exists() and TABLES_BEGIN in p.read_text():
+        rewrite_between(path, TABLES_BEGIN, TABLES_END, text)
+    else:
+        p.write_text(f"# onnx-pools benchmark\n\n{text}")
