@@ -227,7 +227,7 @@ def _anchor(heading):
 @needs_checkout
 def test_document_links_and_paths_resolve():
     """Every relative link in the documents reaches a file (and a heading of it, when it names one), and every
-    repository path they name in backquotes exists."""
+    repository path the README and docs/ name in backquotes exists."""
     checked = 0
     for doc in DOCUMENTS:
         text = doc.read_text()
@@ -241,6 +241,8 @@ def test_document_links_and_paths_resolve():
                 headings = re.findall(r"^#+ (.+)$", file.read_text(), re.M)
                 assert anchor in {_anchor(h) for h in headings}, f"{doc.relative_to(ROOT)}: no heading for #{anchor}"
             checked += 1
+        if doc.name == "CHANGELOG.md":
+            continue  # history: it may name files that are gone
         for path in _repo_paths(re.findall(r"`([^`\n]+)`", text)):
             assert (ROOT / path).exists(), f"{doc.relative_to(ROOT)} names {path}, which does not exist"
     assert checked >= 10  # the links were found
