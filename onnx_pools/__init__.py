@@ -91,7 +91,7 @@ def _ops() -> list[tuple[str, str]]:
 
 
 def _types() -> list[str]:
-    """The element type names of the library's type table (csrc/element_types.h), in its order."""
+    """The element type names of the library's type table (csrc/kernels/common/element_types.h), in its order."""
     lib = _library()
     return [lib.onnx_pools_type_name(j).decode() for j in range(lib.onnx_pools_type_count())]
 

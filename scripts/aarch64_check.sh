@@ -195,12 +195,12 @@ auditwheel repair -w "$A/dist" "$A/dist-raw/$retagged" > "$A/auditwheel-repair.l
 whl=$(ls "$A"/dist/onnx_pools-*.whl)
 say "wheel: $(basename "$whl") ($(du -k "$whl" | cut -f1) KiB), built in $((SECONDS - t0)) s"
 say "auditwheel: $(tr '\n' ' ' < "$A/auditwheel-show.txt" | sed 's/  */ /g' | grep -o 'consistent with the following platform tag: "[^"]*"')"
-# the glibc floor, as for x86-64 (scripts/wheel_check.sh, csrc/glibc_floor.cc): the tag and every import <= 2.27
+# the glibc floor, as for x86-64 (scripts/wheel_check.sh, csrc/platform/glibc_floor.cc): the tag and every import <= 2.27
 floor=${GLIBC_FLOOR:-2.27}
 above=$(readelf --dyn-syms -W "$so" | awk -v floor="$floor" '$7 == "UND" && match($8, /@GLIBC_[0-9.]+$/) {
     split(substr($8, RSTART + 7), v, "."); split(floor, f, ".")
     if (v[1] * 1000 + v[2] > f[1] * 1000 + f[2]) print $8 }' | sort -u | tr '\n' ' ')
-[ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/glibc_floor.cc)"
+[ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/platform/glibc_floor.cc)"
 [[ $(basename "$whl") =~ manylinux_2_([0-9]+)_aarch64 ]] && [ "${BASH_REMATCH[1]}" -le "${floor#2.}" ] ||
   fail "$(basename "$whl"): the tag needs a glibc newer than $floor"
 
@@ -246,7 +246,7 @@ if [ "$MODE" = full ]; then
   QEMU_CPU=max $N "$apy" "$ROOT/scripts/aarch64_fp16_probe.py" \
     || fail "float16 GlobalAveragePool on an FP16-capable aarch64 CPU (scripts/aarch64_fp16_probe.py)"
 fi
-# The NEON intrinsics (csrc/simd_neon.h) against the generic code, value by value: every float16, ~154M floats,
+# The NEON intrinsics (csrc/kernels/common/simd_neon.h) against the generic code, value by value: every float16, ~154M floats,
 # randomized requantisation with near ties (about a minute under emulation; not with --subset, where the
 # digests below compare the neon and portable kernel sets bit for bit)
 if [ "$MODE" = full ]; then

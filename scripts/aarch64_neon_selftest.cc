@@ -1,4 +1,4 @@
-// Bit-for-bit check of csrc/simd_neon.h's intrinsics against the generic code they replace in the neon kernel set:
+// Bit-for-bit check of csrc/kernels/common/simd_neon.h's intrinsics against the generic code they replace in the neon kernel set:
 // every float16 -> float, ~154M float -> float16 (every exponent and top mantissa, the rounding bits at their
 // boundaries, a stride over all floats, the half-subnormal range densely). Built statically for aarch64 and run under qemu by
 // scripts/aarch64_check.sh (--full); exit status 0 when every value matches.
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels_impl.h"
+#include "kernels/isa/table_impl.h"
 using namespace onnx_pools;
 using namespace onnx_pools::neon;
 static long fails = 0;

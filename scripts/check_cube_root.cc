@@ -1,4 +1,4 @@
-// Exhaustive check of the float cube roots in csrc/lp_math.h, over every float in the range the kernels trust
+// Exhaustive check of the float cube roots in csrc/kernels/common/lp_math.h, over every float in the range the kernels trust
 // ([2^-80, FLT_MAX]; sums outside it are recomputed in double):
 //   - cube_root is correctly rounded but for the 70 inputs lp_math.h lists;
 //   - fused_cube_root, wherever it does not set unsure, returns cube_root's value bit for bit.
@@ -14,15 +14,15 @@
 #include <limits>
 #include <type_traits>
 
-#include "dtypes.h"
-#include "kernels.h"
+#include "kernels/common/dtypes.h"
+#include "kernels/kernels.h"
 
 namespace onnx_pools {
 namespace root_check {
 namespace {
 // clang-format off: the kernels' layers in their order (kernels_impl.h)
-#include "simd.h"
-#include "lp_math.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/lp_math.h"
 // clang-format on
 }  // namespace
 }  // namespace root_check

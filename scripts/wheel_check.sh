@@ -2,7 +2,7 @@
 # Packaging check: `pip wheel .` from this checkout, made a manylinux wheel by `auditwheel repair` (the policy
 # auditwheel derives from the library's real glibc symbol versions), then in a fresh venv without the source tree:
 #   0. the repaired wheel's tag is py3-none-manylinux_2_N_<arch> with N <= 27 (onnxruntime's own floor; every
-#      glibc symbol the library imports is at most GLIBC_2.27, see csrc/glibc_floor.cc), `auditwheel show` accepts
+#      glibc symbol the library imports is at most GLIBC_2.27, see csrc/platform/glibc_floor.cc), `auditwheel show` accepts
 #      it, and its version is onnx_pools.__version__;
 #   1. the wheel's metadata: run-time requirements are onnxruntime and numpy only (extras aside);
 #   2. the library's dynamic section: only glibc-level system libraries (no libstdc++, no libonnxruntime), no RPATH;
@@ -72,7 +72,7 @@ above=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | awk -v f
     split(substr($8, RSTART + 7), v, "."); split(floor, f, ".")
     if (v[1] * 1000 + v[2] > f[1] * 1000 + f[2]) print $8 }' | sort -u | tr '\n' ' ')
 glibc=$(readelf --dyn-syms -W "$work/lib/onnx_pools/libonnx_pools.so" | grep -oE 'GLIBC_[0-9.]+' | sort -V | tail -1)
-[ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/glibc_floor.cc)"
+[ -z "$above" ] || fail "libonnx_pools.so imports glibc symbols newer than $floor: $above(see csrc/platform/glibc_floor.cc)"
 [[ $platforms =~ manylinux_2_([0-9]+)_ ]] && [ "${BASH_REMATCH[1]}" -le "${floor#2.}" ] ||
   fail "$name: the tag needs a glibc newer than $floor ($platforms)"
 say "tag OK: $platforms (version $version; newest glibc symbol version the library needs: $glibc, floor $floor)"

@@ -1,7 +1,7 @@
 """LpPool p=3 roots, bit for bit: every float window sum's root is its correctly rounded cube root.
 
 The avx2, avx512 and neon builds take the roots of float window sums with fused multiply-adds (fused_cube_root in
-csrc/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root (settle_roots). The pairs
+csrc/kernels/common/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root (settle_roots). The pairs
 below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one ulp off (found by running
 that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third of those are off), so a
 path that skipped the settling would fail here. Windows of (a, b), mixed with random windows, on each LpPool path

@@ -87,7 +87,7 @@ def test_library_has_no_rpath():
     assert paths == [], f"RPATH/RUNPATH would point at the build machine: {paths}"
 
 
-GLIBC_FLOOR = (2, 27)  # the manylinux floor (csrc/glibc_floor.cc; scripts/wheel_check.sh asserts the wheel's tag)
+GLIBC_FLOOR = (2, 27)  # the manylinux floor (csrc/platform/glibc_floor.cc; scripts/wheel_check.sh asserts the wheel's tag)
 
 
 def dynamic_symbols(path):
@@ -121,7 +121,7 @@ def test_library_glibc_floor_and_private_runtime():
     glibc = [(n, v) for n, v, defined in symbols if not defined and v.startswith("GLIBC_")]
     assert glibc, symbols[:20]
     too_new = sorted(f"{n}@{v}" for n, v in glibc if tuple(map(int, v[6:].split(".")))[:2] > GLIBC_FLOOR)
-    assert not too_new, f"imports newer than glibc {GLIBC_FLOOR}: {too_new} (see csrc/glibc_floor.cc)"
+    assert not too_new, f"imports newer than glibc {GLIBC_FLOOR}: {too_new} (see csrc/platform/glibc_floor.cc)"
     exported = {n for n, _, defined in symbols if defined}
     assert "RegisterCustomOps" in exported, sorted(exported)[:20]
     leaked = sorted(n for n in exported if n.startswith(("__cxa_", "__gxx_", "_ZNSt6locale", "_ZSt4cout")))

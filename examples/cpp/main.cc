@@ -20,7 +20,7 @@
 
 namespace {
 
-// The library's C entry points for its counters (see csrc/registration.cc).
+// The library's C entry points for its counters (see csrc/ort/registration.cc).
 struct Counters {
   void* handle = nullptr;
   int (*op_count)() = nullptr;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <new>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 namespace onnx_pools {
 namespace {

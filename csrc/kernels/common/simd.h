@@ -17,7 +17,7 @@ constexpr int kVectorBytes = 16;
 #endif
 
 #if defined(ONNX_POOLS_NEON_INTRINSICS)
-#include "simd_neon.h"  // the neon set's intrinsics (float16 conversion, requantisation)
+#include "kernels/common/simd_neon.h"  // the neon set's intrinsics (float16 conversion, requantisation)
 #endif
 
 // Native vectors of A (float, double, or an integer type), loaded and stored unaligned.

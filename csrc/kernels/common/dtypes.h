@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "element_types.h"
+#include "kernels/common/element_types.h"
 
 namespace onnx_pools {
 

@@ -1,4 +1,4 @@
-#include "pool_geometry.h"
+#include "geometry/pool_geometry.h"
 
 #include <algorithm>
 #include <limits>

@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "attributes.h"
+#include "ort/attributes.h"
 
 namespace onnx_pools {
 

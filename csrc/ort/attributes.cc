@@ -1,4 +1,4 @@
-#include "attributes.h"
+#include "ort/attributes.h"
 
 namespace onnx_pools {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ort_api.h"
+#include "ort/ort_api.h"
 
 namespace onnx_pools {
 

@@ -3,4 +3,4 @@
 #include <arm_neon.h>  // here, outside the kernels' namespaces
 #define ONNX_POOLS_NEON_INTRINSICS 1
 #define ONNX_POOLS_ISA neon
-#include "kernels_impl.h"
+#include "kernels/isa/table_impl.h"

@@ -4,8 +4,8 @@
 #pragma once
 #include <cstdint>
 
-#include "element_types.h"
-#include "pool_geometry.h"
+#include "kernels/common/element_types.h"
+#include "geometry/pool_geometry.h"
 
 namespace onnx_pools {
 

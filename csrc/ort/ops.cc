@@ -1,4 +1,4 @@
-#include "ops.h"
+#include "ort/ops.h"
 
 #include <atomic>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
-#include "pool_geometry.h"
+#include "kernels/kernels.h"
+#include "geometry/pool_geometry.h"
 
 namespace onnx_pools {
 namespace {

@@ -3,7 +3,7 @@
 // so everything here is compiled once per instruction set with that file's flags.
 #pragma once
 
-#include "qlinear_windows.h"  // (inside the per-ISA namespace, as this file)
+#include "kernels/qlinear/windows.h"  // (inside the per-ISA namespace, as this file)
 
 // ---- QLinearAveragePool ---------------------------------------------------------------------------------
 
@@ -970,10 +970,10 @@ void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolG
 constexpr int64_t kWholePlaneLimit = 1 << 16;
 
 #if defined(__AVX2__)
-#include "qlinear_plane3x3.h"  // (inside the per-ISA namespace, as this file)
+#include "kernels/qlinear/plane3x3.h"  // (inside the per-ISA namespace, as this file)
 
 // (after qlinear_plane3x3.h, whose kPlaneLanes and any_lane it uses; inside the per-ISA namespace too)
-#include "qlinear_nhwc3x3.h"
+#include "kernels/qlinear/nhwc3x3.h"
 #endif
 
 template <class Q>

@@ -1,3 +1,3 @@
 // Kernels built for the portable instruction set (flags in CMakeLists.txt).
 #define ONNX_POOLS_ISA portable
-#include "kernels_impl.h"
+#include "kernels/isa/table_impl.h"

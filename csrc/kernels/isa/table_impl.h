@@ -7,8 +7,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "dtypes.h"
-#include "kernels.h"
+#include "kernels/common/dtypes.h"
+#include "kernels/kernels.h"
 
 #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -23,12 +23,12 @@ namespace {
 
 // The layers, lowest first; each header is a part of this one translation unit per ISA.
 // clang-format off: the layers in dependency order, lowest first
-#include "simd.h"
-#include "lp_math.h"
-#include "global_pools.h"
-#include "windows.h"
-#include "lp_pool.h"
-#include "qlinear_pool.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/lp_math.h"
+#include "kernels/global/global_pools.h"
+#include "kernels/common/windows.h"
+#include "kernels/lp/lp_pool.h"
+#include "kernels/qlinear/qlinear_pool.h"
 // clang-format on
 
 template <class T>

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
-#include "ops.h"
+#include "kernels/kernels.h"
+#include "ort/ops.h"
 
 #define ONNX_POOLS_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -179,6 +179,10 @@ std::set<std::string> name_list(const std::string& value, const std::set<std::st
   return chosen;
 }
 
+// The default-op policy, the one place it is written (the Python loader reads it through
+// onnx_pools_op_taken_by_default): the ops of the standard domain are taken unless the session config names others.
+bool taken_by_default(const OpDefinition& def) { return std::string(def.domain).empty(); }
+
 // The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
 // names, in the session config entry also takes com.microsoft's: ORT registers a custom op domain at opset
 // version 1000, and a model that does not import com.microsoft then gets that version, under which ORT's own
@@ -188,7 +192,7 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   std::set<std::string> all, standard;
   for (const OpDefinition& def : op_table()) {
     all.insert(def.name);
-    if (std::string(def.domain).empty()) standard.insert(def.name);
+    if (taken_by_default(def)) standard.insert(def.name);
   }
   std::string value;
   if (!config_entry(options, kOpsConfigKey, value)) return standard;
@@ -344,3 +348,17 @@ ONNX_POOLS_EXPORT void onnx_pools_reset_call_counts() {
   for (size_t i = 0; i < op_table().size(); ++i) call_counters()[i].store(0);
 }
 ONNX_POOLS_EXPORT const char* onnx_pools_isa() { return kernels().isa; }
+// The session config keys RegisterCustomOps reads, by what they select ("ops", "types", "ort_layout"); nullptr for
+// anything else.
+ONNX_POOLS_EXPORT const char* onnx_pools_config_key(const char* what) {
+  if (what == nullptr) return nullptr;
+  const std::string name(what);
+  if (name == "ops") return kOpsConfigKey;
+  if (name == "types") return kTypesConfigKey;
+  if (name == "ort_layout") return kOrtLayoutConfigKey;
+  return nullptr;
+}
+// 1 when op i is taken without a session config naming it (taken_by_default), 0 when only on request.
+ONNX_POOLS_EXPORT int onnx_pools_op_taken_by_default(int i) {
+  return taken_by_default(op_table().at(static_cast<size_t>(i))) ? 1 : 0;
+}

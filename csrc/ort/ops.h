@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "attributes.h"
-#include "element_types.h"
-#include "ort_api.h"
+#include "ort/attributes.h"
+#include "kernels/common/element_types.h"
+#include "ort/ort_api.h"
 
 namespace onnx_pools {
 
