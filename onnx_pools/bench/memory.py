@@ -124,8 +124,9 @@ def memory_table(requested: list[str], small: bool) -> tuple[str, bool]:
                     break  # this CPU does not run the ISA
                 worst = max(worst, m["scratch"])
                 ok_all &= m["calls"] == 1
+                name = label.split(",")[0] + " (--small)" if small else label
                 lines.append(
-                    f"| {label.split(',')[0] + ' (--small)' if small else label} | {isa} | {threads} | {m['input'] / MIB:.4g} | {m['output'] / MIB:.1f} "
+                    f"| {name} | {isa} | {threads} | {m['input'] / MIB:.4g} | {m['output'] / MIB:.1f} "
                     f"| {m['scratch'] / MIB:.1f} | {'yes' if m['calls'] == 1 else 'NO'} |"
                 )
                 print(lines[-1], file=sys.stderr, flush=True)
