@@ -653,7 +653,7 @@ import onnx_pools
 label, op, dtype, shape, attrs, threads = json.loads(sys.argv[1])
 case = B.Case(label, op, dtype, tuple(shape), attrs)
 model = B.build_model(case, shape)
-so = onnx_pools.session_options(ops="all", ort_layout=False)  # the library's kernels, not ORT's NCHWc rewrite
+so = onnx_pools.session_options(ops="all", model=model, ort_layout=False)  # the library's kernels, not ORT's NCHWc
 so.intra_op_num_threads = threads
 sess = ort.InferenceSession(model, so)
 x = np.full(shape, 1 if dtype == "uint8" else 0.5, dtype=dtype)

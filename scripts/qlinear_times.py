@@ -100,11 +100,10 @@ for layout in sel:
                     runs = []
                     for path in libs:
                         os.environ["ONNX_POOLS_LIBRARY"] = path
-                        so = onnx_pools.session_options(ops="all")
+                        data = model(layout, qt, equal, cip, shape)
+                        so = onnx_pools.session_options(ops="all", model=data)
                         so.intra_op_num_threads = int(os.environ.get("THREADS", "1"))
-                        s = ort.InferenceSession(
-                            model(layout, qt, equal, cip, shape), so, providers=["CPUExecutionProvider"]
-                        )
+                        s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
                         runs.append(lambda s=s: s.run(None, {"x": x}))
                     lo, med, ratio = interleaved(runs, int(os.environ.get("ROUNDS", "150")))
                     cells = [f"{a:.2f}/{b:.2f}" for a, b in zip(lo, med)]
@@ -116,9 +115,10 @@ for layout in sel:
                         flush=True,
                     )
                     continue
-                so = onnx_pools.session_options(ops="all")
+                data = model(layout, qt, equal, cip, shape)
+                so = onnx_pools.session_options(ops="all", model=data)
                 so.intra_op_num_threads = int(os.environ.get("THREADS", "1"))
-                s = ort.InferenceSession(model(layout, qt, equal, cip, shape), so, providers=["CPUExecutionProvider"])
+                s = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
                 def f():
                     return s.run(None, {"x": x})

@@ -434,7 +434,7 @@ def _setups(library_copy):
         )
     )
     qmodel, _ = qlinear_model(np.uint8, ["N", "C", "H", "W"], {"kernel_shape": [2, 2], "ceil_mode": 1}, 0.1, 7, 0.13, 3)
-    so = onnx_pools.session_options(_options(threads=2), ops="all")
+    so = onnx_pools.session_options(_options(threads=2), ops="all", model=qmodel)
 
     def q_input(rng, t):
         return {"X": rng.integers(0, 256, size=[1, 9, 7 + t, 6]).astype(np.uint8)}
@@ -514,7 +514,7 @@ def test_sessions_created_and_dropped_concurrently():
 
     def work(t):
         for i in range(per_thread):
-            so = onnx_pools.session_options(_options(), ops=selections[(t + i) % len(selections)])
+            so = onnx_pools.session_options(_options(), ops=selections[(t + i) % len(selections)], model=model)
             ys = _session(model, so).run(None, {"X": x})
             for y, ref in zip(ys, refs):
                 try:

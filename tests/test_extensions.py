@@ -190,7 +190,7 @@ def test_qlinear_average_pool_with_extensions(order, ops):
     served by this library, equal to stock ORT's kernel, and to the numpy reference (one step allowed at ties)."""
     model = qlinear_model()
     x = np.random.default_rng(11).uniform(-2, 4, (2, 4, 11, 11)).astype(np.float32)
-    so_kwargs = dict(ops="all") if ops == "all" else dict(model=model)
+    so_kwargs = dict(ops="all", model=model) if ops == "all" else dict(model=model)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if order == "extensions_first":

@@ -186,7 +186,7 @@ def test_types_selection_leaves_other_types_to_ort():
             m.SerializeToString(), onnx_pools.session_options(types=["float"]), providers=["CPUExecutionProvider"]
         )
     sess = ort.InferenceSession(
-        m.SerializeToString(), onnx_pools.session_options(types=["double"]), providers=["CPUExecutionProvider"]
+        m.SerializeToString(), onnx_pools.session_options(types=["float", "double"]), providers=["CPUExecutionProvider"]
     )
     x = np.random.default_rng(4).standard_normal([1, 2, 3, 3])
     np.testing.assert_array_equal(sess.run(None, {"X": x})[0], R.global_max_pool(x))

@@ -274,7 +274,10 @@ def _gap_f64():  # double: no stock ORT kernel, so only the library can run it
 
 def test_loader_runs_with_only_onnxruntime_and_numpy(tmp_path):
     """The loader (get_library_path, session_options, call counters) with onnx, ml_dtypes, pytest... unimportable."""
-    _child(tmp_path, GAP_CHILD, _gap_f64(), repr([{}, {"ops": "all"}, {"ops": ["GlobalAveragePool"]}]))
+    # ops="all" with the model (read without onnx): every op the model allows
+    _child(
+        tmp_path, GAP_CHILD, _gap_f64(), "[{}, {'ops': 'all', 'model': sys.argv[1]}, {'ops': ['GlobalAveragePool']}]"
+    )
 
 
 def _qlinear_model():

@@ -133,7 +133,7 @@ def test_model_importing_com_microsoft_gets_qlinear_average_pool():
 def test_explicit_ops_choose_qlinear_average_pool():
     model = qlinear_model()
     for ops in ("all", ["QLinearAveragePool"]):
-        sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=ops))
+        sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=ops, model=model))
         before = onnx_pools.call_counts()["QLinearAveragePool"]
         sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})
         assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1

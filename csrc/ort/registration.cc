@@ -184,10 +184,12 @@ std::set<std::string> name_list(const std::string& value, const std::set<std::st
 bool taken_by_default(const OpDefinition& def) { return std::string(def.domain).empty(); }
 
 // The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
-// names, in the session config entry also takes com.microsoft's: ORT registers a custom op domain at opset
-// version 1000, and a model that does not import com.microsoft then gets that version, under which ORT's own
-// com.microsoft fusions (FusedConv, ...) no longer resolve. Models that use QLinearAveragePool import the domain
-// and are unaffected.
+// names, in the session config entry also takes com.microsoft's, which only a model that imports com.microsoft
+// survives: ORT's CreateCustomRegistry registers a custom op domain for opset versions 1 to 1000, a model that
+// does not import com.microsoft then gets version 1000 for it, and the com.microsoft nodes ORT's own optimizations
+// create at level EXTENDED and above (QLinearGlobalAveragePool, QLinearAdd, ... from QDQ units, FusedConv) are
+// looked up at that version and not found. Nothing a library registers changes that version, and this function
+// cannot see the model: the Python loader refuses such selections without a model that imports the domain.
 std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   std::set<std::string> all, standard;
   for (const OpDefinition& def : op_table()) {
