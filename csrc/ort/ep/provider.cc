@@ -2,6 +2,7 @@
 // points.
 #include "ort/ep/provider.h"
 
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -166,7 +167,9 @@ std::string config_value(const OrtSessionOptions* options, const std::string& ke
 
 // The provider options the EP reads (EpOptions), set with add_provider_for_devices / AppendExecutionProvider_V2.
 EpOptions read_options(const OrtSessionOptions* session) {
-  const std::string prefix = std::string("ep.") + kEpName + ".";
+  // ORT files provider options under "ep.<EP name in lower case>."
+  std::string prefix = std::string("ep.") + kEpName + ".";
+  for (char& c : prefix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   EpOptions options;
   auto flag = [&](const char* key, bool fallback) {
     const std::string value = config_value(session, prefix + key, fallback ? "1" : "0");

@@ -22,7 +22,7 @@ inline constexpr uint32_t kEpOrtApiVersion = 24;
 const OrtApi* ort();
 const OrtEpApi* ep_api();
 
-// The EP's choices, from its provider options (session config entries "ep.OnnxPoolsExecutionProvider.<key>").
+// The EP's choices, from its provider options (session config entries "ep.onnxpoolsexecutionprovider.<key>").
 struct EpOptions {
   // "ort_layout" (default 1): on x86-64, a float32 GlobalAveragePool / GlobalMaxPool fed by a Conv (directly or
   // through ops ORT keeps in its blocked NCHWc layout) is left to ORT, whose layout rewrite (level ALL) pools it in
