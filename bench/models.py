@@ -54,6 +54,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
 
 ENGINES = ("stock", "lib", "plain", "lib-all")
+# with onnxruntime >= 1.24 also the plugin-EP route: onnx_pools.ep_session_options() (its default choices)
+if tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 24):
+    ENGINES += ("ep",)
 NP_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -97,6 +100,8 @@ def feeds_for(sess, batch, rng):
 def options(engine, model, threads, optimized_path=None, profile_prefix=None):
     if engine == "stock":
         so = ort.SessionOptions()
+    elif engine == "ep":
+        so = onnx_pools.ep_session_options()
     elif engine == "plain":
         so = ort.SessionOptions()
         so.register_custom_ops_library(onnx_pools.get_library_path())

@@ -388,3 +388,9 @@ def __getattr__(name):
     if name == "TYPES":  # element type names (for `types=`), read from the library's type table
         return tuple(_types())
     raise AttributeError(name)
+
+
+# the plugin-EP route (needs _library above)
+from .ep import ep_session_options as ep_session_options  # noqa: E402
+from .ep import get_ep_name as get_ep_name  # noqa: E402
+from .ep import register_ep_library as register_ep_library  # noqa: E402

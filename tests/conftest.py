@@ -142,14 +142,22 @@ def _bytes(model):
     return model if isinstance(model, (bytes, bytearray)) else model.SerializeToString()
 
 
+# ONNX_POOLS_ROUTE=ep: make_session runs the library as a plugin execution provider (onnxruntime >= 1.24) instead
+# of registering it as a custom-op library, so the whole suite can be run through either route.
+ROUTE = os.environ.get("ONNX_POOLS_ROUTE", "custom-op")
+
+
 def make_session(model, library=True, ops=None, threads=1):
-    if library:
-        so = onnx_pools.session_options(ops=ops, model=model, ort_layout=False)  # the library everywhere
-    else:
-        so = ort.SessionOptions()
+    so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    if library and ROUTE == "ep":  # the EP takes every node it has a kernel for
+        return ort.InferenceSession(
+            _bytes(model), onnx_pools.ep_session_options(so, ops=ops, ort_layout=False, float16="all")
+        )
+    if library:
+        so = onnx_pools.session_options(so, ops=ops, model=model, ort_layout=False)  # the library everywhere
     return ort.InferenceSession(_bytes(model), so, providers=["CPUExecutionProvider"])
 
 
