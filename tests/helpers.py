@@ -298,7 +298,13 @@ def counts_one_run(op: str, runs: int = 1) -> Iterator[None]:
 
 
 def run_op(
-    op: str, opset: int, dtype: str, x: Any, attrs: dict[str, Any] | None = None, in_shape: Any = "static", threads=1
+    op: str,
+    opset: int,
+    dtype: str,
+    x: Any,
+    attrs: dict[str, Any] | None = None,
+    in_shape: Any = "static",
+    threads: int = 1,
 ) -> tuple[np.ndarray, ort.InferenceSession]:
     """Builds a single-node model for x, runs it with the library registered and checks that the
     library's kernel for op ran exactly once. Returns (y, session)."""
