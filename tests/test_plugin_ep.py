@@ -10,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
-from conftest import IR_VERSION, make_model, rng_for, run_session
+from helpers import IR_VERSION, rng_for, run_session
+from helpers import pool_model as make_model
 from reference import DTYPES, assert_close, global_average_pool, global_lp_pool, global_max_pool, lp_pool
 from reference_qlinear import near_tie, qlinear_average_pool
 
