@@ -21,6 +21,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OPS",
+    "ep_session_options",
+    "get_ep_name",
+    "register_ep_library",
     "OPS_CONFIG_KEY",
     "ORT_LAYOUT_CONFIG_KEY",
     "TYPES",
@@ -170,13 +173,18 @@ def session_options(
     Default: the ops the library takes by default (its policy, onnx_pools_op_taken_by_default: the
     standard-domain pools GlobalAveragePool, GlobalMaxPool, GlobalLpPool, LpPool), plus the others
     (com.microsoft.QLinearAveragePool) when `model` (a path, bytes or ModelProto) imports their domain.
-    Why not always: ORT registers a library's custom domain at opset 1000, which breaks its own com.microsoft
-    fusions (FusedConv, ...) in models that do not import com.microsoft themselves.
+    Why not always: ORT registers a library's com.microsoft domain at opset version 1000, and a model that does
+    not import com.microsoft itself then fails to load wherever ORT's optimizations add com.microsoft nodes
+    (QLinearAdd, QLinearGlobalAveragePool, ... from QDQ units, FusedConv from Conv + Relu). So QLinearAveragePool
+    is taken only with a `model` that imports com.microsoft: "all" means every op that model allows, and "all"
+    or a list naming QLinearAveragePool without such a model raises ValueError (see _check_selection).
     types: "all", or element types the kernels take (names in TYPES). Default: all, except float16 when `model`
     feeds a pooling node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float
     through casts, and a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels.
     float16 pools then run on this library's float kernels between ORT's casts; models without float16 are not
-    affected.
+    affected. A selection must keep float while a standard-domain op is taken, and uint8 and int8 while
+    QLinearAveragePool is: ORT's own kernels do not match the library's schemas, so nodes of those types would
+    find no kernel at all (ValueError).
     ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
     op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
@@ -194,17 +202,20 @@ def session_options(
     if so is None:
         so = onnxruntime.SessionOptions()
     forced = model is None or ops is not None or not ort_layout
+    domains: set[str] | None = None
     nodes: list[_Node] | None = None
-    if model is not None and (ops is None or types is None):
+    if model is not None:
         domains, nodes = _read_model(model)
-        if ops is None:
-            chosen = [name for name, domain in OPS.items() if name in _DEFAULT_OPS or domain in domains]
-            if ort_layout and _ort_blocked_layout(so):
-                chosen = [name for name in chosen if not _fed_by_blocked_layout(nodes, name)]
-            if len(chosen) < len(OPS) or "com.microsoft" in domains:
-                ops = chosen
-        if types is None and _pool_fed_by_compute(nodes):
-            types = [t for t in TYPES if t != "float16"]
+    if model is not None and ops is None:
+        assert domains is not None and nodes is not None
+        # QLinearAveragePool only where the model imports com.microsoft and the types keep its kernels
+        quantized = types is None or types == "all" or {"uint8", "int8"} <= set(_names(types))
+        ops = [name for name, domain in OPS.items() if name in _DEFAULT_OPS or (domain in domains and quantized)]
+        if ort_layout and _ort_blocked_layout(so):
+            ops = [name for name in ops if not _fed_by_blocked_layout(nodes, name)]
+    if model is not None and types is None and nodes is not None and _pool_fed_by_compute(nodes):
+        types = [t for t in TYPES if t != "float16"]
+    ops = _check_selection(ops, types, domains)
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
             so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
@@ -214,6 +225,59 @@ def session_options(
         _disable_optimizer(so, "NhwcTransformer")
     so.register_custom_ops_library(get_library_path())
     return so
+
+
+def _check_selection(
+    ops: str | Sequence[str] | None, types: str | Sequence[str] | None, domains: set[str] | None
+) -> str | Sequence[str] | None:
+    """The op selection to register (ops, with "all" resolved against the model's imports), or ValueError for a
+    selection with which the custom-op route would make a model fail inside ORT. domains: the model's opset
+    domains, None without a model."""
+    microsoft = [name for name, domain in OPS.items() if domain == "com.microsoft"]
+    if ops == "all" and domains is not None:
+        ops = [name for name, domain in OPS.items() if name in _DEFAULT_OPS or domain in domains]
+    if ops == "all":
+        chosen = list(OPS)
+    else:
+        chosen = _names(ops) if ops is not None else list(_DEFAULT_OPS)
+    asked = [n for n in chosen if n in microsoft]
+    if asked and (domains is None or "com.microsoft" not in domains):
+        why = (
+            "ONNX Runtime registers a custom-op library's com.microsoft domain at opset version 1000 (its "
+            "CreateCustomRegistry), so in a model that does not import com.microsoft itself the com.microsoft nodes "
+            "ORT's own optimizations create (QLinearAdd, QLinearGlobalAveragePool, ... from QDQ units, FusedConv "
+            "from Conv + Relu) are looked up at version 1000 and not found, and the model fails to load"
+        )
+        if domains is None:
+            raise ValueError(
+                f"onnx-pools: ops={ops!r} takes {', '.join(asked)}, which needs model=... to check that the model "
+                f"imports the com.microsoft domain: {why}. Pass model= (then ops='all' or None take "
+                "QLinearAveragePool exactly when the model imports com.microsoft), or leave it out of ops."
+            )
+        raise ValueError(
+            f"onnx-pools: ops={ops!r} takes {', '.join(asked)}, but the model does not import the com.microsoft "
+            f"domain: {why}. Leave it out of ops (session_options(model=...) without ops chooses a selection that "
+            "loads; ORT's kernel then runs those nodes), or, to have this library run them, add an opset import "
+            "of com.microsoft version 1 to the model (onnxruntime.quantization.quant_pre_process adds one) or use "
+            "the plugin execution provider route."
+        )
+    if types is not None and types != "all":
+        needs = {"float": [n for n in chosen if n not in microsoft], "uint8": asked, "int8": asked}
+        for t, takers in needs.items():
+            if takers and t not in _names(types):
+                raise ValueError(
+                    f"onnx-pools: types={types!r} leaves out {t} while the library takes {', '.join(takers)}: the "
+                    "library's schema replaces ONNX's for an op it takes, and ORT's own kernels do not match it, "
+                    f"so {t} nodes of those ops would find no kernel and the model would fail to load. Keep {t} "
+                    "in types, or leave the op to ORT with ops=..."
+                )
+    return ops
+
+
+def _names(selection: str | Sequence[str]) -> list[str]:
+    """The names of an ops= / types= selection other than "all": a comma-separated string or a sequence."""
+    items = selection.split(",") if isinstance(selection, str) else selection
+    return [name.strip() for name in items if name.strip()]
 
 
 # Ops onnxruntime's NhwcTransformer rewrites to its NHWC kernels (besides float16 GlobalAveragePool).
@@ -407,3 +471,9 @@ def reset_call_counts() -> None:
 def active_isa() -> str:
     """The kernel path the CPU dispatcher chose: 'avx512', 'avx2' or 'portable' (ONNX_POOLS_ISA forces one)."""
     return str(_library().onnx_pools_isa().decode())
+
+
+# the plugin-EP route (needs _library above)
+from .ep import ep_session_options as ep_session_options  # noqa: E402
+from .ep import get_ep_name as get_ep_name  # noqa: E402
+from .ep import register_ep_library as register_ep_library  # noqa: E402

@@ -1,6 +1,5 @@
 """`python -m onnx_pools` subcommands: demo, inspect, run (the bench subcommand: tests/test_bench.py)."""
 
-import os
 import platform
 import subprocess
 import sys
@@ -11,20 +10,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnx_pools
+from helpers import graph_model, subprocess_env
 from onnx_pools import cli
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
-
-
-def _env():
-    env = dict(os.environ)
-    # the onnx_pools this process imported (installed package or a built checkout), never an unbuilt source tree
-    env["PYTHONPATH"] = (
-        os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))) + os.pathsep + env.get("PYTHONPATH", "")
-    )
-    return env
 
 
 def run_cli(capsys, *argv):
@@ -43,14 +33,8 @@ def _table_rows(out):
 
 @pytest.fixture
 def no_pool_model(tmp_path):
-    g = helper.make_graph(
-        [helper.make_node("Relu", ["X"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
+    relu = helper.make_node("Relu", ["X"], ["Y"])
+    m = graph_model([relu], [("X", TensorProto.FLOAT, [2, 3])], [("Y", TensorProto.FLOAT, [2, 3])], opsets={"": 18})
     p = tmp_path / "relu.onnx"
     onnx.save(m, str(p))
     return p
@@ -71,7 +55,7 @@ def test_demo_subprocess(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "onnx_pools", "demo", "--models", str(REPO / "models")],
         cwd=tmp_path,
-        env=_env(),
+        env=subprocess_env(),  # the onnx_pools under test, never an unbuilt source tree
         capture_output=True,
         text=True,
         timeout=600,
@@ -235,7 +219,7 @@ def test_errors_subprocess(tmp_path, no_pool_model):
         r = subprocess.run(
             [sys.executable, "-m", "onnx_pools", *argv],
             cwd=tmp_path,
-            env=_env(),
+            env=subprocess_env(),  # the onnx_pools under test, never an unbuilt source tree
             capture_output=True,
             text=True,
             timeout=120,

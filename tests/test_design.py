@@ -15,9 +15,8 @@ from onnx import TensorProto
 
 import onnx_pools
 import reference as R
-from conftest import ONNX_TYPES, counts_one_run, make_model, make_session, run_session
+from helpers import ONNX_TYPES, counts_one_run, make_session, pool_model, qlinear_model, run_session
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
-from test_qlinear_average_pool import build_model as build_qlinear_model
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -81,7 +80,7 @@ def _qlinear(type_name):
     x = np.random.default_rng(5).integers(lo, hi + 1, [1, 2, 6, 5]).astype(dtype)
     q = {"xs": 0.05, "xz": 3, "ys": 0.03, "yz": -2 if lo < 0 else 7}
     attrs = {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1]}
-    model, feeds = build_qlinear_model(x.shape, dtype, attrs, q)
+    model, feeds = qlinear_model(dtype, list(x.shape), attrs, q["xs"], q["xz"], q["ys"], q["yz"])
     want, pre = qlinear_average_pool(x, q["xs"], q["xz"], q["ys"], q["yz"], **attrs)
     return model, dict(feeds, X=x), want, near_tie(pre)
 
@@ -102,7 +101,7 @@ def test_every_row_version_and_type_runs(op, version, type_name):
         return
     x, attrs, want = _float_case(op, version, type_name)
     dtype = FLOAT_TYPES[type_name]
-    sess = make_session(make_model(op, version, dtype, list(x.shape), attrs))
+    sess = make_session(pool_model(op, version, dtype, list(x.shape), attrs))
     with counts_one_run(op):
         (y,) = run_session(sess, {"X": x})
     assert y.dtype == R.DTYPES[dtype] and y.shape == want.shape

@@ -79,7 +79,8 @@ def _measure(label: str, op: str, dtype: str, shape: list[int], attrs: dict[str,
     from onnx_pools.bench.cases import Case, build_model
 
     model = build_model(Case(label, op, dtype, tuple(shape), attrs), tuple(shape))
-    so = onnx_pools.session_options(ops="all", ort_layout=False)  # the library's kernels, not ORT's NCHWc rewrite
+    # the library's kernels, not ORT's NCHWc rewrite
+    so = onnx_pools.session_options(ops="all", model=model, ort_layout=False)
     so.intra_op_num_threads = threads
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     x: np.ndarray = np.full(shape, 1 if dtype == "uint8" else 0.5, dtype=dtype)

@@ -47,7 +47,7 @@ def _session(model: bytes, threads: int, library: str | None) -> Any:
     try:
         if library is not None:
             os.environ["ONNX_POOLS_LIBRARY"] = os.path.abspath(library)
-        so = onnx_pools.session_options(ops="all")
+        so = onnx_pools.session_options(ops="all", model=model)
     finally:
         if library is not None:
             if saved is None:

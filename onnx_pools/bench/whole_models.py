@@ -9,7 +9,8 @@ fixed-shape demo models. The batch is chosen at run time (--batch). Each model i
   * lib:      onnx_pools.session_options(model=...) (the recommended way: ORT keeps the global pools it takes into
               its NCHWc layout),
   * plain:    so.register_custom_ops_library(onnx_pools.get_library_path()) alone (no model-based choice),
-  * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere).
+  * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere),
+  * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
 Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
 pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
 turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
@@ -38,7 +39,7 @@ from onnx_pools.model_tools import default_models_dir
 
 __all__ = ["ENGINES", "whole_models_table"]
 
-ENGINES = ("stock", "lib", "plain", "lib-all")
+ENGINES: tuple[str, ...] = ("stock", "lib", "plain", "lib-all")
 NP_TYPES: dict[str, Any] = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -52,6 +53,14 @@ SPIN_SETTLE_S = 0.02
 # runs per turn, each right after a pause.
 WARMUP_RUNS = 5
 TURN_S = 0.03
+
+
+def _engines() -> tuple[str, ...]:
+    """ENGINES, and with onnxruntime >= 1.24 the plugin-EP route: onnx_pools.ep_session_options() (its defaults)."""
+    import onnxruntime as ort
+
+    version = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    return ENGINES + (("ep",) if version >= (1, 24) else ())
 
 
 def model_files(include_all: bool, substrings: list[str] | None) -> list[tuple[str, bytes, bool]]:
@@ -92,6 +101,8 @@ def _options(
 
     if engine == "stock":
         so = ort.SessionOptions()
+    elif engine == "ep":
+        so = onnx_pools.ep_session_options()
     elif engine == "plain":
         so = ort.SessionOptions()
         so.register_custom_ops_library(onnx_pools.get_library_path())
@@ -190,12 +201,11 @@ def whole_models_table(
 
     ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
     rng = np.random.default_rng(0)
-    lines = [
-        "| model | batch | threads | stock ms | lib ms | plain ms | lib-all ms | spread % stock/lib/plain/lib-all "
-        "| lib vs stock | plain vs stock | lib-all vs stock | lib-all kernel ran |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    ratios: dict[str, list[float]] = {e: [] for e in ENGINES[1:]}
+    engines = _engines()
+    columns = ["model", "batch", "threads", *(f"{e} ms" for e in engines), "spread % " + "/".join(engines)]
+    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib-all kernel ran"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
     layouts_seen: dict[str, dict[str, str]] = {}
     profiles = []
     ok_all = True
@@ -206,7 +216,7 @@ def whole_models_table(
                 for t in thread_counts:
                     sessions, layouts = {}, {}
                     try:
-                        for e in ENGINES:
+                        for e in engines:
                             path = os.path.join(tmp, f"{e}.onnx")
                             sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
                             layouts[e] = layout_nodes(path)
@@ -227,7 +237,7 @@ def whole_models_table(
                         e: 100 * (_percentile(v, 75) - _percentile(v, 25)) / statistics.median(v) for e, v in rs.items()
                     }
                     cells = []
-                    for e in ENGINES[1:]:
+                    for e in engines[1:]:
                         paired = [s / x for s, x in zip(rs["stock"], rs[e])]
                         ratios[e].append(med["stock"] / med[e])
                         cells.append(
@@ -235,15 +245,15 @@ def whole_models_table(
                         )
                     lines.append(
                         f"| {name} | {batch or '-'} | {t} | "
-                        + " | ".join(f"{med[e]:.2f}" for e in ENGINES)
+                        + " | ".join(f"{med[e]:.2f}" for e in engines)
                         + " | "
-                        + "/".join(f"{spread[e]:.0f}" for e in ENGINES)
+                        + "/".join(f"{spread[e]:.0f}" for e in engines)
                         + " | "
                         + " | ".join(cells)
                         + f" | {'yes' if ran else 'NO'} |"
                     )
                     if profile:
-                        profiles.append((name, batch, t, {e: _profile(model, e, t, feeds, tmp) for e in ENGINES}))
+                        profiles.append((name, batch, t, {e: _profile(model, e, t, feeds, tmp) for e in engines}))
                     del sessions
     lines.append("")
     for e, v in ratios.items():
@@ -253,18 +263,18 @@ def whole_models_table(
                 f"over {len(v)} model x batch x thread runs"
             )
     lines += ["", "Layout nodes of the optimised graphs (ORT_ENABLE_ALL):", ""]
-    lines += ["| model | stock | lib | plain | lib-all |", "|---|---|---|---|---|"]
+    lines += ["| model | " + " | ".join(engines) + " |", "|" + "---|" * (len(engines) + 1)]
     for name, layouts in layouts_seen.items():
-        lines.append(f"| {name} | " + " | ".join(layouts[e] for e in ENGINES) + " |")
+        lines.append(f"| {name} | " + " | ".join(layouts[e] for e in engines) + " |")
     if profiles:
         lines += ["", "ORT profile, ms per run by op type (10 runs; ops above 2% of stock or differing by > 0.05 ms):"]
         for name, batch, t, prof in profiles:
             total = {e: sum(p.values()) for e, p in prof.items()}
             lines += ["", f"{name}, batch {batch or '-'}, {t} thread(s): total "]
-            lines[-1] += ", ".join(f"{e} {total[e]:.2f}" for e in ENGINES)
+            lines[-1] += ", ".join(f"{e} {total[e]:.2f}" for e in engines)
             ops = sorted(set().union(*prof.values()), key=lambda o: -max(p.get(o, 0) for p in prof.values()))
             for op in ops:
-                vals = [prof[e].get(op, 0.0) for e in ENGINES]
+                vals = [prof[e].get(op, 0.0) for e in engines]
                 if max(vals) > 0.02 * total["stock"] or max(vals) - min(vals) > 0.05:
-                    lines.append(f"    {op:32s} " + "  ".join(f"{e} {v:7.2f}" for e, v in zip(ENGINES, vals)))
+                    lines.append(f"    {op:32s} " + "  ".join(f"{e} {v:7.2f}" for e, v in zip(engines, vals)))
     return "\n".join(lines) + "\n", ok_all
