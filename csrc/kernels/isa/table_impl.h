@@ -1,6 +1,6 @@
 // The kernels, written once as templates over element type and reduction. Included by kernels_<isa>.cc with
 // ONNX_POOLS_ISA naming the namespace; each of those files is compiled with its own instruction-set flags.
-// Everything here has internal linkage (see dtypes.h) and allocates only through ScratchBuffer.
+// Everything here has internal linkage (see dtypes.h) and allocates only through ScratchBuffer (scratch.h).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/common/dtypes.h"
+#include "kernels/common/scratch.h"
 #include "kernels/kernels.h"
 
 #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
