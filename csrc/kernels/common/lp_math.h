@@ -1,7 +1,20 @@
 // Lp numerics: |x|^p, roots, trust tests for fast sums, power-of-two scaling, the scaled exact form.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/simd.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // ---- |x|^p and its inverse ------------------------------------------------------------------------------
 
@@ -261,3 +274,7 @@ double lp_scaled(Visit&& visit, const LpNorm& lp) {
 // root, so every window takes the scaled double path: exact for one-element windows whatever p, and within
 // double rounding times 1/p otherwise.
 inline bool needs_scaled_lp(const LpNorm& lp) { return lp.integer_p == 0 && lp.p < 0.25; }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

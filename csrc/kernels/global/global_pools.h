@@ -1,7 +1,22 @@
 // Global pools: sum, NaN-aware max and power sums over whole channels.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/element_types.h"
+#include "kernels/common/lp_math.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/simd.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
@@ -399,3 +414,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   }
   for (; c < channels; ++c) one_channel(c);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

@@ -1,7 +1,25 @@
 // LpPool: powers, window sums, roots per plane; untrusted windows recomputed exactly.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/lp_math.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
+#include "kernels/common/windows.h"
+#include "kernels/global/global_pools.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // The scaled double form of window i of plane xp: for windows the fast sums cannot be trusted with.
 template <class T>
@@ -668,3 +686,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   };
   for_each_plane_scaled(x, y, planes, g, lp, buf_a, plane_rows);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools
