@@ -251,7 +251,7 @@ fi
 # digests below compare the neon and portable kernel sets bit for bit)
 if [ "$MODE" = full ]; then
   $N aarch64-linux-gnu-g++ -std=c++17 -O2 -static -ffp-contract=off -fno-math-errno -fno-trapping-math \
-    -I"$ONNXRUNTIME_INCLUDE_DIR" -I"$ROOT/csrc" "$ROOT/scripts/aarch64_neon_selftest.cc" -o "$A/neon_selftest" \
+    -I"$ROOT/csrc" "$ROOT/scripts/aarch64_neon_selftest.cc" -o "$A/neon_selftest" \
     || fail "building scripts/aarch64_neon_selftest.cc"
   $N "$qemu" "$A/neon_selftest" | sed 's/^/neon selftest: /'
   [ "${PIPESTATUS[0]}" = 0 ] || fail "NEON intrinsics differ from the generic code (scripts/aarch64_neon_selftest.cc)"

@@ -3,30 +3,16 @@
 //   - cube_root is correctly rounded but for the 70 inputs lp_math.h lists;
 //   - fused_cube_root, wherever it does not set unsure, returns cube_root's value bit for bit.
 // Exits non-zero if either fails. Build and run (about 20 s on 2 cores):
-//   g++ -O2 -std=c++17 -mavx2 -mfma -mf16c -ffp-contract=off -fopenmp -Icsrc -I<ORT headers> \
+//   g++ -O2 -std=c++17 -mavx2 -mfma -mf16c -ffp-contract=off -fopenmp -Icsrc \
 //       scripts/check_cube_root.cc -o /tmp/check_cube_root && /tmp/check_cube_root
 // These are the avx2 build's flags (the headers are its kernels' layers): std::fma is one instruction and nothing
 // else is fused, as in every vector lane of the kernels (aarch64's fmla rounds the same).
-#include <immintrin.h>
-
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <type_traits>
 
-#include "kernels/common/dtypes.h"
-#include "kernels/kernels.h"
-
-namespace onnx_pools {
-namespace root_check {
-namespace {
-// clang-format off: the kernels' layers in their order (kernels_impl.h)
-#include "kernels/common/simd.h"
+#define ONNX_POOLS_ISA root_check  // the per-ISA namespace of the kernel headers (kernels/common/per_isa.h)
 #include "kernels/common/lp_math.h"
-// clang-format on
-}  // namespace
-}  // namespace root_check
-}  // namespace onnx_pools
 
 using onnx_pools::root_check::cube_root;
 using onnx_pools::root_check::fused_cube_root;

@@ -120,8 +120,8 @@ EOF
 cat >"$BUILD/summarize.py" <<'EOF'
 import re, sys
 # a frame of the library: its path, its namespace in a demangled name, or one of its source files (built with -g)
-ours = re.compile(r"libonnx_pools|onnx_pools::|\((kernels_impl\.h|kernels_\w+\.cc|ops\.cc|pool_geometry\.cc|"
-                  r"registration\.cc|attributes\.cc|dispatch\.cc|dtypes\.h|ort_api\.h):\d+\)")
+ours = re.compile(r"libonnx_pools|onnx_pools::|\((table_impl\.h|(portable|avx2|avx512|neon)\.cc|ops\.cc|ort_api\.cc|"
+                  r"pool_geometry\.cc|registration\.cc|attributes\.cc|dispatch\.cc|scratch\.cc|dtypes\.h|ort_api\.h):\d+\)")
 kinds = re.compile(r"Invalid (read|write|free)|uninitialised|Mismatched free|Source and destination overlap|"
                    r"definitely lost|Invalid .*alignment|Syscall param")
 total = {"errors": 0, "ours": 0, "definite_bytes_ours": 0}

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "geometry/error.h"
+
 namespace onnx_pools {
 namespace {
 
@@ -18,11 +20,10 @@ int64_t checked_mul(int64_t a, int64_t b, const char* op, const char* attribute)
   return r;
 }
 
-// An attribute with values_per_axis values for each of the rank spatial axes, each >= minimum.
-std::vector<int64_t> read_per_axis(const AttributeReader& attrs, const char* name, size_t rank, size_t values_per_axis,
-                                   int64_t minimum, const char* op) {
+// An attribute with values_per_axis values for each of the rank spatial axes, each >= minimum; empty when absent.
+std::vector<int64_t> checked_per_axis(const std::optional<std::vector<int64_t>>& values, const char* name, size_t rank,
+                                      size_t values_per_axis, int64_t minimum, const char* op) {
   const size_t expected = rank * values_per_axis;
-  auto values = attrs.ints(name);
   if (!values) return {};
   if (values->size() != expected) {
     fail(op, ": attribute '", name, "' has ", values->size(), " values, expected ", expected, " (kernel_shape has ",
@@ -99,9 +100,9 @@ AxisGeometry compute_axis_raw(const PoolAttributes& a, size_t axis, int64_t in, 
 
 }  // namespace
 
-PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op) {
+PoolAttributes checked_pool_attributes(const PoolAttributeValues& values, const char* op) {
   PoolAttributes a;
-  auto kernel = attrs.ints("kernel_shape");
+  const auto& kernel = values.kernel_shape;
   if (!kernel) fail(op, ": attribute 'kernel_shape' is required");
   if (kernel->empty()) fail(op, ": attribute 'kernel_shape' is empty; it needs one value per spatial axis");
   for (size_t i = 0; i < kernel->size(); ++i) {
@@ -109,11 +110,11 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
   }
   a.kernel_shape = *kernel;
   const size_t rank = a.kernel_shape.size();
-  a.strides = read_per_axis(attrs, "strides", rank, 1, 1, op);
-  a.dilations = read_per_axis(attrs, "dilations", rank, 1, 1, op);
-  a.pads = read_per_axis(attrs, "pads", rank, 2, 0, op);
+  a.strides = checked_per_axis(values.strides, "strides", rank, 1, 1, op);
+  a.dilations = checked_per_axis(values.dilations, "dilations", rank, 1, 1, op);
+  a.pads = checked_per_axis(values.pads, "pads", rank, 2, 0, op);
 
-  const std::string auto_pad = attrs.text("auto_pad").value_or("NOTSET");
+  const std::string auto_pad = values.auto_pad.value_or("NOTSET");
   if (auto_pad == "NOTSET" || auto_pad.empty()) {
     a.auto_pad = AutoPad::NotSet;
   } else if (auto_pad == "SAME_UPPER") {
@@ -125,7 +126,7 @@ PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op
   } else {
     fail(op, ": attribute 'auto_pad' must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got '", auto_pad, "'");
   }
-  const int64_t ceil_mode = attrs.integer("ceil_mode").value_or(0);
+  const int64_t ceil_mode = values.ceil_mode.value_or(0);
   if (ceil_mode != 0 && ceil_mode != 1) fail(op, ": attribute 'ceil_mode' must be 0 or 1, got ", ceil_mode);
   a.ceil_mode = ceil_mode == 1;
   return a;

@@ -1,18 +1,29 @@
-// The one place that owns pooling geometry: attributes -> validated kernel / stride / pad / dilation -> output
-// shape. Kernels and shape inference both use it.
+// The one place that owns pooling geometry: the attributes' values -> checked kernel / stride / pad / dilation ->
+// the windows the kernels take (kernels/common/window_geometry.h) and the output shape. The op kernels and shape
+// inference both use it; the ort layer reads the values from the node (ort/attributes.h).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include "ort/attributes.h"
+#include "kernels/common/window_geometry.h"
 
 namespace onnx_pools {
 
 enum class AutoPad { NotSet, SameUpper, SameLower, Valid };
 
-// Attributes as written on the node, value-checked (positive kernel/strides/dilations, non-negative pads,
-// lengths consistent with kernel_shape). Empty strides/pads/dilations mean the defaults.
+// A windowed pool's attributes as written on the node, each nullopt when absent.
+struct PoolAttributeValues {
+  std::optional<std::vector<int64_t>> kernel_shape, strides, pads, dilations;
+  std::optional<std::string> auto_pad;
+  std::optional<int64_t> ceil_mode;
+};
+
+// The attributes value-checked (positive kernel/strides/dilations, non-negative pads, lengths consistent with
+// kernel_shape). Empty strides/pads/dilations mean the defaults.
 struct PoolAttributes {
   std::vector<int64_t> kernel_shape, strides, pads, dilations;
   AutoPad auto_pad = AutoPad::NotSet;
@@ -21,47 +32,9 @@ struct PoolAttributes {
   size_t spatial_rank() const { return kernel_shape.size(); }
 };
 
-// Reads and checks kernel_shape (required), strides, pads, dilations, auto_pad and ceil_mode.
-PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op);
-
-// One spatial axis: window j covers input positions j*stride - pad_begin + k*dilation, k in [0, kernel).
-// Positions outside [0, in) are padding (or past the padded input) and hold no element.
-struct AxisGeometry {
-  int64_t in = 0, out = 0, kernel = 1, stride = 1, dilation = 1, pad_begin = 0, pad_end = 0;
-
-  // The k of window j whose position j*stride - pad_begin + k*dilation falls inside [0, in): [k_lo, k_hi), maybe
-  // empty. Loops over these, not over the whole kernel, stay bounded by the input however large the kernel.
-  // (Always inlined, as valid_count: an out-of-line copy emitted by a per-ISA kernel file would be one weak symbol
-  // the linker could also hand to portable code, with that file's instructions in it.)
-  [[gnu::always_inline]] void valid_range(int64_t j, int64_t& k_lo, int64_t& k_hi) const {
-    const int64_t start = j * stride - pad_begin;
-    if (dilation == 1) {  // the usual case, without divisions
-      k_lo = start >= 0 ? 0 : -start;
-      k_hi = in - start;
-    } else {
-      k_lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
-      k_hi = start >= in ? 0 : (in - 1 - start) / dilation + 1;
-    }
-    if (k_hi > kernel) k_hi = kernel;
-    if (k_hi < k_lo) k_hi = k_lo;
-  }
-  // Number of window positions j*stride - pad_begin + k*dilation that fall inside [0, in).
-  [[gnu::always_inline]] int64_t valid_count(int64_t j) const {
-    int64_t k_lo, k_hi;
-    valid_range(j, k_lo, k_hi);
-    return k_hi - k_lo;
-  }
-};
-
-struct PoolGeometry {
-  std::vector<AxisGeometry> axes;
-  int64_t in_size = 1;      // elements of one input spatial plane
-  int64_t out_size = 1;     // elements of one output spatial plane
-  int64_t kernel_size = 1;  // product of kernel_shape
-  // Elements of the largest intermediate of the separable window passes (axes reduced last to first):
-  // in[0..a) x out[a..) for some axis a.
-  int64_t largest_intermediate = 1;
-};
+// Checks kernel_shape (required), strides, dilations, pads, auto_pad and ceil_mode, in that order; throws Error naming
+// the op and the first attribute at fault.
+PoolAttributes checked_pool_attributes(const PoolAttributeValues& values, const char* op);
 
 // Geometry of a windowed pool for the given input spatial dims; throws Error naming the op and the attribute.
 PoolGeometry windowed_geometry(const PoolAttributes& attrs, const std::vector<int64_t>& in_spatial, const char* op);

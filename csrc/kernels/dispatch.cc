@@ -3,7 +3,6 @@
 // by CMakeLists.txt with the same compiler macros used here (__x86_64__, __aarch64__).
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "kernels/kernels.h"
 
@@ -49,10 +48,5 @@ const KernelTable& kernels() {
   static const KernelTable& chosen = choose();
   return chosen;
 }
-
-ScratchBuffer::ScratchBuffer(size_t bytes) : data_(std::malloc(bytes > 0 ? bytes : 1)) {
-  if (data_ == nullptr) throw std::bad_alloc();
-}
-ScratchBuffer::~ScratchBuffer() { std::free(data_); }
 
 }  // namespace onnx_pools

@@ -1,11 +1,11 @@
-// The compute kernels, compiled once per instruction set (kernels_impl.h included by kernels_<isa>.cc) and
-// picked at load time by the CPU dispatcher. Each entry works on a range of independent units (channels or
-// planes) so the op layer can spread units over ORT's intra-op thread pool.
+// The compute kernels' interface: compiled once per instruction set (kernels/isa/<isa>.cc, each including
+// table_impl.h) and picked at load time by the CPU dispatcher (dispatch.cc). Each entry works on a range of
+// independent units (channels or planes) so the op layer can spread units over ORT's intra-op thread pool.
 #pragma once
 #include <cstdint>
 
 #include "kernels/common/element_types.h"
-#include "geometry/pool_geometry.h"
+#include "kernels/common/window_geometry.h"
 
 namespace onnx_pools {
 
@@ -55,29 +55,8 @@ const KernelTable& table();
 namespace avx512 {
 const KernelTable& table();
 }
-namespace neon {  // aarch64 only (kernels_neon.cc)
+namespace neon {  // aarch64 only (kernels/isa/neon.cc)
 const KernelTable& table();
 }
-
-}  // namespace onnx_pools
-
-namespace onnx_pools {
-
-// Uninitialised scratch memory. Allocated in a file built without ISA flags: the per-ISA kernel files avoid
-// std containers so no template instance built for a wide ISA can be shared with the portable path.
-class ScratchBuffer {
- public:
-  explicit ScratchBuffer(size_t bytes);
-  ~ScratchBuffer();
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
-  template <class U>
-  U* as() {
-    return static_cast<U*>(data_);
-  }
-
- private:
-  void* data_;
-};
 
 }  // namespace onnx_pools

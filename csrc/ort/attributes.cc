@@ -110,4 +110,15 @@ std::optional<std::string> ShapeInferAttributes::get_text(const char* name) cons
   return value;
 }
 
+PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op) {
+  PoolAttributeValues values;
+  values.kernel_shape = attrs.ints("kernel_shape");
+  values.strides = attrs.ints("strides");
+  values.dilations = attrs.ints("dilations");
+  values.pads = attrs.ints("pads");
+  values.auto_pad = attrs.text("auto_pad");
+  values.ceil_mode = attrs.integer("ceil_mode");
+  return checked_pool_attributes(values, op);
+}
+
 }  // namespace onnx_pools

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "geometry/error.h"
+#include "geometry/pool_geometry.h"
 #include "ort/ort_api.h"
 
 namespace onnx_pools {
@@ -65,5 +68,9 @@ class ShapeInferAttributes final : public AttributeReader {
   const OrtOpAttr* find(const char* name) const;
   OrtShapeInferContext* ctx_;
 };
+
+// A windowed pool's attributes: read here (a wrongly typed one is an error), their values checked by
+// checked_pool_attributes (geometry/pool_geometry.h).
+PoolAttributes read_pool_attributes(const AttributeReader& attrs, const char* op);
 
 }  // namespace onnx_pools

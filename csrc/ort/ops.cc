@@ -1,7 +1,9 @@
 #include "ort/ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -9,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "geometry/error.h"
 #include "geometry/pool_geometry.h"
+#include "kernels/common/scratch.h"
 #include "kernels/kernels.h"
 
 namespace onnx_pools {
@@ -417,9 +421,13 @@ std::unique_ptr<OpKernel> make_qlinear_average_pool(const std::string& op, ONNXT
   return std::make_unique<QLinearAveragePool>(op, element_type(type, TypeFamily::Quant), attrs);
 }
 
-const std::vector<OpInput> kPoolInputs = {{true, false}};
+const std::vector<OpInput> kPoolInputs = {{InputType::Element, Presence::Required}};
 // X, x_scale, x_zero_point?, y_scale, y_zero_point?
-const std::vector<OpInput> kQLinearInputs = {{true, false}, {false, false}, {true, true}, {false, false}, {true, true}};
+const std::vector<OpInput> kQLinearInputs = {{InputType::Element, Presence::Required},
+                                             {InputType::Float, Presence::Required},
+                                             {InputType::Element, Presence::Optional},
+                                             {InputType::Float, Presence::Required},
+                                             {InputType::Element, Presence::Optional}};
 
 std::atomic<uint64_t> g_unknown_dims{0};
 

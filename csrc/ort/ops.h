@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common/element_types.h"
 #include "ort/attributes.h"
+#include "ort/onnx_types.h"
 #include "ort/ort_api.h"
 
 namespace onnx_pools {
@@ -21,10 +21,12 @@ class OpKernel {
   virtual void compute(OrtKernelContext* ctx) = 0;
 };
 
-// One input of an op: its element type is the kernel's type ("T") or always float; optional or not.
+// One input of an op: its element type is the kernel's type ("T") or always float; required or optional.
+enum class InputType { Element, Float };
+enum class Presence { Required, Optional };
 struct OpInput {
-  bool element_typed;
-  bool optional;
+  InputType type;
+  Presence presence;
 };
 
 // How shape inference gets the output shape from the input's.
@@ -43,7 +45,7 @@ struct OpDefinition {
   const char* domain;
   const char* name;
   const char* versions;  // the op's versions in its domain ("1,22"): one kernel serves them all
-  TypeFamily types;      // one kernel per element type of that family (element_types.h)
+  TypeFamily types;      // one kernel per element type of that family (onnx_types.h)
   std::vector<OpInput> inputs;
   OutputShape output_shape;
   KernelFactory create;

@@ -1,12 +1,13 @@
-// Access to the ONNX Runtime C API and the library's error type.
+// The ONNX Runtime C API handle and the status helpers every ORT call of the ort layer goes through (ort_api.cc).
 #pragma once
 #include <onnxruntime_c_api.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <new>
-#include <sstream>
-#include <stdexcept>
-#include <string>
-#include <utility>
+
+#include "geometry/error.h"
 
 namespace onnx_pools {
 
@@ -25,24 +26,6 @@ extern const OrtApi* g_ort;
 using ShapeReferenceFn = OrtStatus*(ORT_API_CALL*)(const OrtValue* value, ONNXTensorElementDataType* type,
                                                    const int64_t** shape, size_t* rank);
 extern ShapeReferenceFn g_shape_reference;
-
-// A user-facing error: its message names the op and the attribute or input at fault.
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
-};
-
-template <class... Parts>
-std::string concat(Parts&&... parts) {
-  std::ostringstream out;
-  (out << ... << std::forward<Parts>(parts));
-  return out.str();
-}
-
-template <class... Parts>
-[[noreturn]] void fail(Parts&&... parts) {
-  throw Error(concat(std::forward<Parts>(parts)...));
-}
 
 // Throws Error carrying ORT's message when an ORT call failed.
 void check(OrtStatus* status);

@@ -1,4 +1,4 @@
-// Registration: the op table (ops.cc) x the element types of each op's family (element_types.h), turned into ORT
+// Registration: the op table (ops.cc) x the element types of each op's family (onnx_types.h), turned into ORT
 // custom ops. Also the C entry points the Python loader reads (the tables, call counters, chosen instruction set).
 #include <algorithm>
 #include <atomic>
@@ -14,26 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "geometry/error.h"
 #include "kernels/kernels.h"
+#include "ort/config.h"
+#include "ort/onnx_types.h"
 #include "ort/ops.h"
+#include "ort/ort_api.h"
 
 #define ONNX_POOLS_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace onnx_pools {
 
-const OrtApi* g_ort = nullptr;
-ShapeReferenceFn g_shape_reference = nullptr;
 // ONNX Runtime before 1.24 dereferences a null input type while building the shape-inference context of a custom
 // op node that omits an optional input (OrtShapeInferContext's constructor): no shape inference there for ops
 // with optional inputs.
 bool g_shape_inference_with_optional_inputs = true;
 
-void check(OrtStatus* status) {
-  if (status == nullptr) return;
-  std::string message = g_ort->GetErrorMessage(status);
-  g_ort->ReleaseStatus(status);
-  throw Error(message);
-}
 
 // Calls of each op of op_table(), by row.
 static std::atomic<uint64_t>* call_counters() {
@@ -74,10 +70,10 @@ struct CustomOp : OrtCustomOp {
     };
     GetInputTypeCount = [](const OrtCustomOp* op) { return self(op).def->inputs.size(); };
     GetInputType = [](const OrtCustomOp* op, size_t i) {
-      return self(op).def->inputs[i].element_typed ? self(op).type : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+      return self(op).def->inputs[i].type == InputType::Element ? self(op).type : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     };
     GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
-      return self(op).def->inputs[i].optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+      return self(op).def->inputs[i].presence == Presence::Optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
     };
     GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
     GetOutputType = [](const OrtCustomOp* op, size_t) { return self(op).type; };
@@ -105,7 +101,7 @@ struct CustomOp : OrtCustomOp {
     };
     KernelDestroy = [](void* kernel) { delete static_cast<NodeKernel*>(kernel); };
     bool has_optional = false;
-    for (const OpInput& input : d->inputs) has_optional = has_optional || input.optional;
+    for (const OpInput& input : d->inputs) has_optional = has_optional || input.presence == Presence::Optional;
     if (has_optional && !g_shape_inference_with_optional_inputs) return;
     InferOutputShapeFn = [](const OrtCustomOp* op, OrtShapeInferContext* ctx) -> OrtStatus* {
       // Best effort: a model the kernel would reject still loads here, and the kernel names the problem.
@@ -148,10 +144,6 @@ struct Domains {
 std::mutex g_domains_mutex;
 Domains g_domains;
 
-constexpr const char* kOpsConfigKey = "onnx_pools.ops";
-constexpr const char* kTypesConfigKey = "onnx_pools.types";
-constexpr const char* kOrtLayoutConfigKey = "onnx_pools.ort_layout";
-
 // The session config entry `key`, or nullptr-like false when absent.
 bool config_entry(const OrtSessionOptions* options, const char* key, std::string& value) {
   int has = 0;
@@ -181,10 +173,6 @@ std::set<std::string> name_list(const std::string& value, const std::set<std::st
   return chosen;
 }
 
-// The default-op policy, the one place it is written (the Python loader reads it through
-// onnx_pools_op_taken_by_default): the ops of the standard domain are taken unless the session config names others.
-bool taken_by_default(const OpDefinition& def) { return std::string(def.domain).empty(); }
-
 // The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
 // names, in the session config entry also takes com.microsoft's, which only a model that imports com.microsoft
 // survives: ORT's CreateCustomRegistry registers a custom op domain for opset versions 1 to 1000, a model that
@@ -196,7 +184,7 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   std::set<std::string> all, standard;
   for (const OpDefinition& def : op_table()) {
     all.insert(def.name);
-    if (taken_by_default(def)) standard.insert(def.name);
+    if (taken_by_default(def.domain)) standard.insert(def.name);
   }
   std::string value;
   if (!config_entry(options, kOpsConfigKey, value)) return standard;
@@ -369,5 +357,5 @@ ONNX_POOLS_EXPORT const char* onnx_pools_config_key(const char* what) {
 }
 // 1 when op i is taken without a session config naming it (taken_by_default), 0 when only on request.
 ONNX_POOLS_EXPORT int onnx_pools_op_taken_by_default(int i) {
-  return taken_by_default(op_table().at(static_cast<size_t>(i))) ? 1 : 0;
+  return taken_by_default(op_table().at(static_cast<size_t>(i)).domain) ? 1 : 0;
 }

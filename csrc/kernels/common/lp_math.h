@@ -1,7 +1,20 @@
 // Lp numerics: |x|^p, roots, trust tests for fast sums, power-of-two scaling, the scaled exact form.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/simd.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // ---- |x|^p and its inverse ------------------------------------------------------------------------------
 
@@ -68,13 +81,13 @@ inline A root_for(IntegerPower<4>, A sum) {
 // = v r^2 (1 + 2/3 delta + 5/9 delta^2 + O(delta^3)), good to ~1e-15, rounded once. The steps are written
 // with short dependency chains (v r and r^2 side by side): the loop is bound by their latency.
 // Meaningful for positive normal v; others are recomputed.
-// The loops of builds with fused multiply-adds take fused_cube_root (below) instead, 1.4x faster; this form stays
-// for portable x86-64 and for the few sums that one cannot vouch for.
+// The loops of builds with fused multiply-adds take the faster fused_cube_root (below) instead; this form stays for
+// portable x86-64 and for the few sums that one cannot vouch for.
 // Checked exhaustively (every float in the trusted range [2^-80, FLT_MAX], exact integer comparison with the
 // rounding midpoints): correctly rounded except for the 70 inputs of mantissa 0x1.a4c264 and exponent 3k + 1
 // (e.g. 0x1.a4c264p-80 gives 0x1.7ca3dep-27; the cube root lies 2.7e-15 above the midpoint, 0x1.7ca3e0p-27
 // is correct). So a cheaper root keeps today's bits iff it is correctly rounded on that range except there, where it
-// must give the same value. scripts/check_cube_root.cc checks both roots below that way (about 20 s on 2 cores).
+// must give the same value. scripts/check_cube_root.cc checks both roots below that way.
 inline float cube_root(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
@@ -108,10 +121,9 @@ constexpr bool kFusedCubeRoot = true;
 constexpr bool kFusedCubeRoot = false;  // portable x86-64: std::fma would be a library call
 #endif
 
-// cube_root(v) in float arithmetic with explicit fused multiply-adds (no conversion to double, which bounded the
-// loops of cube_root: 1.4x faster, 0.88 vs 1.23 ns per value in a vectorised loop on AMD EPYC avx2), or sets
-// unsure to 1 when it cannot vouch for that value. Same start as cube_root; one step of order 4,
-// r (1 + d/3 + 2d^2/9 + 14d^3/81) with d = 1 - v r^3 (3% -> ~1e-5), and one Newton step give r = v^(-1/3) to
+// cube_root(v) in float arithmetic with explicit fused multiply-adds (no conversion to double, which bounds the
+// loops of cube_root), or sets unsure to 1 when it cannot vouch for that value. Same start as cube_root; one step of
+// order 4, r (1 + d/3 + 2d^2/9 + 14d^3/81) with d = 1 - v r^3 (3% -> ~1e-5), and one Newton step give r = v^(-1/3) to
 // float rounding; y0 = v r^2 is then a few ulps off. The residual v - y0^3 is exact to ~2^-48 v (y0^2 split into
 // two floats by an fma, then two fmas), and y0 + residual / (3 y0^2) is rounded twice, with 1/(3 y0^2) taken as
 // r^2/3 widened by 2^-16 either way: far more than its own error and that of the residual and of the dropped
@@ -207,8 +219,8 @@ void scale_by_power_of_two(A* v, int64_t n, int e) {
 }
 
 // The largest |x| of n elements (NaN ignored), as the accumulator type. Kept in lanes so it compiles to vector
-// compares: a scalar compare of a subnormal takes a microcode assist on some x86 cores (about 30x slower here),
-// and this runs exactly when the data is subnormal.
+// compares: a scalar compare of a subnormal takes a slow microcode assist on some x86 cores, and this runs exactly
+// when the data is subnormal.
 template <class T>
 AccOf<T> largest_magnitude(const T* x, int64_t n) {
   using A = AccOf<T>;
@@ -262,3 +274,7 @@ double lp_scaled(Visit&& visit, const LpNorm& lp) {
 // root, so every window takes the scaled double path: exact for one-element windows whatever p, and within
 // double rounding times 1/p otherwise.
 inline bool needs_scaled_lp(const LpNorm& lp) { return lp.integer_p == 0 && lp.p < 0.25; }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

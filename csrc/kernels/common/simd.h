@@ -1,7 +1,24 @@
 // SIMD layer: block conversion between elements and accumulators, vector helpers.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#if defined(ONNX_POOLS_NEON_INTRINSICS)
+#include "kernels/common/simd_neon.h"  // the neon set's intrinsics (float16 conversion)
+#endif
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/element_types.h"
+#include "kernels/common/per_isa.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 constexpr int64_t kBlock = 1024;  // elements converted to the accumulator type at a time
 
@@ -14,10 +31,6 @@ constexpr int kVectorBytes = 64;
 constexpr int kVectorBytes = 32;
 #else
 constexpr int kVectorBytes = 16;
-#endif
-
-#if defined(ONNX_POOLS_NEON_INTRINSICS)
-#include "kernels/common/simd_neon.h"  // the neon set's intrinsics (float16 conversion, requantisation)
 #endif
 
 // Native vectors of A (float, double, or an integer type), loaded and stored unaligned.
@@ -264,3 +277,7 @@ const AccOf<T>* acc_view(const T* src, AccOf<T>* buf, int64_t n) {
     return buf;
   }
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

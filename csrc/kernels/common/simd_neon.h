@@ -1,10 +1,19 @@
 // NEON intrinsics for the loops GCC's vector extensions leave slow on aarch64: float16 <-> float conversion. The `neon`
-// kernel set only (kernels_neon.cc defines ONNX_POOLS_NEON_INTRINSICS and includes <arm_neon.h>); the `portable` set
-// keeps the generic loops, so comparing the two (scripts/isa_digests.py) checks these bit for bit. Included by simd.h
-// inside namespace onnx_pools::neon::{anon}. Each function does the whole groups of 8 and returns how many elements it
+// kernel set only (kernels/isa/neon.cc defines ONNX_POOLS_NEON_INTRINSICS, and simd.h includes this); the `portable`
+// set keeps the generic loops, so comparing the two (scripts/isa_digests.py) checks these bit for bit. A per-ISA
+// kernel header (kernels/common/per_isa.h). Each function does the whole groups of 8 and returns how many elements it
 // did; the caller's generic loop does the rest. Assumes the Linux default FPCR: round to nearest even, no flush to
 // zero, IEEE half precision (AHP = 0).
 #pragma once
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "kernels/common/per_isa.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // float16 -> float with the conversion instruction (FCVTL): armv8.0 has FP16 conversion, though not FP16
 // arithmetic. Exact for every value, as halves_to_floats; a signalling NaN comes out quiet (as with x86's F16C),
@@ -29,3 +38,7 @@ inline int64_t neon_floats_to_halves(const float* src, uint16_t* dst, int64_t n)
   }
   return i;
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

@@ -1,7 +1,17 @@
 // Window iteration: separable window sums over a plane, summed-area sums for small planes, visiting one window.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/common/per_isa.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // ---- separable window sums (LpPool and QLinearAveragePool) -----------------------------------------------
 
@@ -358,3 +368,7 @@ bool stream_window_sums(const RowsAndColumns& p, int64_t channels, S* scratch, i
   }
   return true;
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

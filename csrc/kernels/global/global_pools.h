@@ -1,7 +1,22 @@
 // Global pools: sum, NaN-aware max and power sums over whole channels.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/element_types.h"
+#include "kernels/common/lp_math.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/simd.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
@@ -26,18 +41,16 @@ double fold_vectors(typename Simd<A>::Value* acc) {
   return static_cast<double>(lanes[0]);
 }
 
-// Channels summed side by side: one core reads a few concurrent streams faster than one (AMD EPYC, AVX2: 22-23 GB/s
-// from 2-4 streams, 17-18 GB/s from one), and each channel is one stream. kStreams channels keep their partial sums
-// in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's registers, SSE2 / NEON take 2.
+// Channels summed side by side: one core reads a few concurrent streams faster than one, and each channel is one
+// stream. kStreams channels keep their partial sums in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's
+// registers, SSE2 / NEON take 2.
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
-// Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2:
-// 1.63 -> 1.47 ms over 2, GlobalMaxPool f32 8x256x56x56). On AVX2, one channel fewer for Lp, whose elements each
-// need registers of their own before they are added (a conversion, a power): 4 channels' 4 vectors of partial
-// sums take all 16 registers, and a spilled sum costs a store and a reload per step (GlobalLpPool f16 0.49 -> 0.34
-// ms; f32 unchanged, bound by memory). An average of 16-bit values (a conversion only) measured faster with all 4
-// (GlobalAveragePool f16 32x64x112x112 2.62 -> 2.22 ms, bfloat16 1.07x, interleaved). SSE2's two streams of sums
-// spill too, yet one stream measured slower; AVX-512 has 32 registers.
+// Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2
+// included). On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
+// added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
+// sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
+// streams of sums spill too, and still beat one; AVX-512 has 32 registers.
 template <class T, Reduction R>
 constexpr int kStreamsOf = R == Reduction::Max                        ? 4
                            : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
@@ -193,9 +206,9 @@ A max_block(const A* a, int64_t n, A running) {
 
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
 // integer with the same order (negative values have their magnitude bits flipped), so the max is an integer max
-// of 16 lanes per AVX2 vector (8 on SSE2, where converting float16 in software was 2.5x slower than stock's F16C
-// casts). NaN (magnitude above infinity's bits) returns the first NaN, converted as the float path does; -0 ranks
-// below +0, as IEEE 754's maximum has it.
+// of 16 lanes per AVX2 vector (8 on SSE2, which has no float16 conversion instruction: converting in software
+// cost more than ORT's own F16C casts). NaN (magnitude above infinity's bits) returns the first NaN, converted as the
+// float path does; -0 ranks below +0, as IEEE 754's maximum has it.
 template <class T>
 T max_halves(const T* x, int64_t n) {
   constexpr int16_t kInfinityBits = std::is_same_v<T, Float16> ? 0x7c00 : 0x7f80;
@@ -401,3 +414,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   }
   for (; c < channels; ++c) one_channel(c);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

@@ -1,18 +1,26 @@
-// The kernels, written once as templates over element type and reduction. Included by kernels_<isa>.cc with
-// ONNX_POOLS_ISA naming the namespace; each of those files is compiled with its own instruction-set flags.
-// Everything here has internal linkage (see dtypes.h) and allocates only through ScratchBuffer.
+// One instruction set's kernel table: the kernels, written once as templates over element type and reduction,
+// instantiated into table(). Included only by kernels/isa/<isa>.cc, which defines ONNX_POOLS_ISA (the namespace of
+// that set, kernels/common/per_isa.h) and is compiled with that set's flags.
+#pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
-#include "kernels/common/dtypes.h"
-#include "kernels/kernels.h"
-
 #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/element_types.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/windows.h"
+#include "kernels/global/global_pools.h"
+#include "kernels/kernels.h"
+#include "kernels/lp/lp_pool.h"
 
 #define ONNX_POOLS_STR2(x) #x
 #define ONNX_POOLS_STR(x) ONNX_POOLS_STR2(x)
@@ -20,16 +28,12 @@
 namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
-
-// The layers, lowest first; each header is a part of this one translation unit per ISA.
-// clang-format off: the layers in dependency order, lowest first
-#include "kernels/common/simd.h"
-#include "kernels/common/lp_math.h"
-#include "kernels/global/global_pools.h"
-#include "kernels/common/windows.h"
-#include "kernels/lp/lp_pool.h"
+// TEMPORARY, until kernels/qlinear/ opens the per-ISA namespace itself as the other kernel headers do
+// (kernels/common/per_isa.h): its headers are included inside it and rely on the includes above.
 #include "kernels/qlinear/qlinear_pool.h"
-// clang-format on
+}  // namespace
+
+namespace {
 
 template <class T>
 void fill_float_type(KernelTable& k, FloatType type) {

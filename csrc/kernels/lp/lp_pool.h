@@ -1,7 +1,25 @@
 // LpPool: powers, window sums, roots per plane; untrusted windows recomputed exactly.
-// Part of the per-ISA kernels: included by kernels_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon},
-// so everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dtypes.h"
+#include "kernels/common/lp_math.h"
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
+#include "kernels/common/windows.h"
+#include "kernels/global/global_pools.h"
+#include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // The scaled double form of window i of plane xp: for windows the fast sums cannot be trusted with.
 template <class T>
@@ -16,9 +34,6 @@ AccOf<T> exact_window(const T* xp, const PoolGeometry& g, int64_t i, int64_t* in
 
 // A probe of the plane's first elements: if their powers already underflow or overflow, the exponent e that
 // normalises the plane's largest magnitude (the plane is then scaled by 2^e from the start), else 0.
-// (Tried: the verdict from the probe's largest magnitude and a finiteness check, the double sum only when that
-// does not settle it (same verdicts): no faster. Its ~6% of 3x3 p=2 in the profile is the plane's first cache
-// misses, which the sum's arithmetic hides; the path re-reads those values from the cache.)
 template <class T>
 int probe_exponent(const T* xp, int64_t size, AccOf<T>* buffer, const LpNorm& lp) {
   const int64_t n = min_of(kBlock, size);
@@ -219,10 +234,6 @@ void stacked_row_sums(const A* c, int64_t step, int64_t count, A* s, int64_t n) 
 
 // d[j] = map(s[j*stride]) + map(s[j*stride + 1]) + ... (kernel terms, in k order) for n windows that lie inside
 // the row and do not overlap (stride >= kernel, no dilation): each |x|^p is computed once, straight from the input.
-// (For 2x2 stride 2, GCC's AVX2 loop reads the pairs with two cross-lane permutes per vector. Powers of contiguous
-// vectors and an even/odd shuffle halved this loop alone, but LpPool 2x2 s2 p=3 1x64x112x112 took 0.49 vs 0.48 ms
-// on avx2 and 0.77 vs 0.66 ms on portable (best of 600): not taken here; the pipelined path's PairShuffles,
-// with both rows added before one permute, did pay.)
 template <class A, class Map>
 void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, Map map) {
   if (cols.stride == 2 && cols.kernel == 2) {
@@ -380,14 +391,11 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
           fetch_bytes = (r1 - r0) * in_w * static_cast<int64_t>(sizeof(T));
         }
       }
-      // a whole number of cache lines per output row: no division per row (two 64-bit divisions per row were
-      // visible in the profile of 3x3 over 56-column rows)
+      // a whole number of cache lines per output row, computed once: no division per row
       const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
-      // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store.
-      // (Tried for the direct paths: each input row's column sums made just before the first output row that
-      // needs it, so the sums' loads overlap the square roots' loop: 3x3 p=2 avx2 3-8% slower in alternated
-      // rounds, either order first; portable equal. All of a block's rows first, as here, keeps more misses in
-      // flight. kBlockValues 512 or 2048 instead of 1024: no change.)
+      // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store. (All of
+      // a block's column sums are made first, above: that keeps more cache misses in flight than making each just
+      // before the first output row that needs it.)
       for (int64_t r = 0; r < nb; ++r) {
         for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
@@ -522,13 +530,7 @@ struct PairShuffles {
 // (when next_in is not null) next[j] = the window sums of the KR input rows from next_in, in tile_sum's order. 2-column
 // windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's even/odd
 // permutes before the powers), both rows of a window added before the order is restored.
-// (Kept out of line: inlined into the plane loop, LpPool 2x2 s2 p=3 8x64x112x112 took 4.2 instead of 3.7 ms on avx2.)
-// (GCC splits the sums and the roots into two loops, which is what runs. Forcing one loop with
-// optimize("no-tree-loop-distribution") measured no faster on avx2 (2x2 s2 p=3 min 3.6 -> 3.8 ms, medians equal):
-// the roots' arithmetic, not memory, bounds this loop; profile then: roots ~65%, sums ~32% of pipelined_row.)
-// (#pragma GCC unroll 2 on the roots' loop, to interleave two vectors' long cube-root chains: no faster, per-round
-// ratio 0.96. Profile of that loop: ~75% of pipelined_row, most samples on the double steps and the conversions;
-// all three notes predate fused_cube_root, which took those double steps out of the FMA builds' loop.)
+// Kept out of line (noinline): inlined into the plane loop, it is slower.
 template <int KR, int KC, class A, class Power, class Scale, class Down>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
@@ -684,3 +686,7 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
   };
   for_each_plane_scaled(x, y, planes, g, lp, buf_a, plane_rows);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools
