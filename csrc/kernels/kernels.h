@@ -5,18 +5,13 @@
 #include <cstdint>
 
 #include "kernels/common/element_types.h"
+#include "kernels/common/lp_norm.h"
 #include "kernels/common/window_geometry.h"
 
 namespace onnx_pools {
 
 // The tables below are indexed by FloatType / QuantType (element_types.h) and Reduction.
 enum class Reduction { Average, Max, Lp, Count };
-
-// p of an Lp norm, with the integer value when p is a small whole number (the fast paths).
-struct LpNorm {
-  double p = 2.0;
-  int integer_p = 2;  // 0 when p is not a whole number in [1, 16]
-};
 
 // Global pool over `channels` contiguous channels of `size` elements each.
 using GlobalPoolFn = void (*)(const void* x, void* y, int64_t channels, int64_t size, const LpNorm& lp);

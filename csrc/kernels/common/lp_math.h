@@ -8,9 +8,9 @@
 #include <type_traits>
 
 #include "kernels/common/dtypes.h"
+#include "kernels/common/lp_norm.h"
 #include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
-#include "kernels/kernels.h"
 
 namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
