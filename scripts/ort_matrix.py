@@ -8,6 +8,7 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
 
     python3 scripts/ort_matrix.py                    # every minor from 1.21 to the newest
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
+    python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test, CI)
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
     python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
                                                                    # the oldest and the newest onnxruntime
@@ -279,6 +280,7 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the venvs and the suite copy")
     ap.add_argument("--tests", type=Path, default=ROOT / "tests", help="the tests folder to copy (default: tests/)")
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
+    ap.add_argument("--ends", action="store_true", help="only the oldest and the newest of those minors")
     ap.add_argument(
         "--headers",
         default="found",
@@ -291,6 +293,8 @@ def main(argv=None):
     args.pytest_args = pytest_args
 
     versions = select(args.versions, available_versions(args.python))
+    if args.ends:
+        versions = sorted(set(versions[:1] + versions[-1:]), key=vtuple)
     if args.list:
         print("\n".join(versions))
         return 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set-up, safe to re-run: a C++ compiler if missing, then a virtual environment in .venv holding this checkout's
 # package (built from source by `pip install .`) and what the tests and the demo need. One line per step.
+# Env: SETUP_EXTRAS (default test): the package's extras to install, e.g. test,ray (CI: the Ray example too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { echo "setup: $*"; }
@@ -23,7 +24,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 step "upgrading pip in .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-step "building the library and installing onnx-pools with its test dependencies (pip install '.[test]'; the build"
+extras=${SETUP_EXTRAS:-test}
+step "building the library and installing onnx-pools with its test dependencies (pip install '.[$extras]'; the build"
 step "  downloads ONNX Runtime's headers, ~100 KB, unless ONNXRUNTIME_INCLUDE_DIR is set; about a minute)"
-.venv/bin/python -m pip install -q ".[test]"
+.venv/bin/python -m pip install -q ".[$extras]"
 step "done in $((SECONDS - start)) s: $(cd / && "$OLDPWD/.venv/bin/python" -c 'import onnx_pools, onnxruntime as o; print(f"onnx-pools {onnx_pools.__version__} (isa {onnx_pools.active_isa()}), onnxruntime {o.__version__}")')"
