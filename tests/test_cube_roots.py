@@ -1,13 +1,14 @@
 """LpPool p=3 roots, bit for bit: every float window sum's root is its correctly rounded cube root.
 
 The avx2, avx512 and neon builds take the roots of float window sums with fused multiply-adds (fused_cube_root in
-csrc/kernels/common/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root (settle_roots). The pairs
-below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one ulp off (found by running
-that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third of those are off), so a
-path that skipped the settling would fail here. Windows of (a, b), mixed with random windows, on each LpPool path
-that takes roots in a loop: pipelined (2x2 stride 2, over a zero row), blocked (1x2 stride 1x2, and 1-D windows of 2)
-and streamed (1x2 stride 2x2: the row stride above the row kernel), on every ISA path. The
-expected roots are computed exactly (integer arithmetic on the midpoints), from the sums as float32 forms them.
+csrc/kernels/common/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root
+(settle_roots). The pairs below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one
+ulp off (found by running that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third
+of those are off), so a path that skipped the settling would fail here. Windows of (a, b), mixed with random
+windows, on each LpPool path that takes roots in a loop: pipelined (2x2 stride 2, over a zero row), blocked (1x2
+stride 1x2, and 1-D windows of 2) and streamed (1x2 stride 2x2: the row stride above the row kernel), on every ISA
+path. The expected roots are computed exactly (integer arithmetic on the midpoints), from the sums as float32 forms
+them.
 """
 
 from __future__ import annotations

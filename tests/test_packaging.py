@@ -52,7 +52,8 @@ def test_library_has_no_rpath():
     assert paths == [], f"RPATH/RUNPATH would point at the build machine: {paths}"
 
 
-GLIBC_FLOOR = (2, 27)  # the manylinux floor (csrc/platform/glibc_floor.cc; scripts/wheel_check.sh asserts the wheel's tag)
+# the manylinux floor (csrc/platform/glibc_floor.cc; scripts/wheel_check.sh asserts the wheel's tag)
+GLIBC_FLOOR = (2, 27)
 
 
 def dynamic_symbols(path):

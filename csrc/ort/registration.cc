@@ -30,7 +30,6 @@ namespace onnx_pools {
 // with optional inputs.
 bool g_shape_inference_with_optional_inputs = true;
 
-
 // Calls of each op of op_table(), by row.
 static std::atomic<uint64_t>* call_counters() {
   static const std::unique_ptr<std::atomic<uint64_t>[]> counters(new std::atomic<uint64_t>[op_table().size()]());
