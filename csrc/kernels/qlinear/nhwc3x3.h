@@ -1,8 +1,10 @@
 // QLinearAveragePool over NHWC images with 3x3 windows, stride 1, pads 1: window sums and requantisation in one
 // pass over each image row, the vectors running across the row's interleaved columns and channels, and ORT's float
 // evaluation of the rounding ties of a vector's windows at once.
-// Included by qlinear_pool.h after qlinear_plane3x3.h (kPlaneLanes, any_lane), avx2 and avx512 builds only.
+// Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
+
+#include "kernels/qlinear/plane3x3.h"
 
 // Per image of h x w positions of C channels, an input row holding n = w x C values: output (r, c, ch) sums input
 // rows r-1..r+1, columns c-1..c+1 in the image, channel ch. Row by row: the column sums of the row's window rows
@@ -13,12 +15,12 @@
 // (settled): the exact value in double, and where that lies on a tie, ORT's float evaluation, all lanes together.
 // With equal scales and count_include_pad=0 (windows of 4 and 6 elements at the edges, a sixth of them on ties),
 // the vectors reaching column 0 or w - 1 and the first and last rows take ORT's float value alone
-// (ort_decides_edges_): 1.2x faster there than the float pass with every vector settled.
+// (ort_decides_edges_).
 // Images of at least 2 channels and 16 values a row, any h and w.
 template <class Q>
 class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::half, Shared::joined, Shared::narrow_one, Shared::select, Shared::widened;
+  using Shared::any, Shared::half, Shared::joined, Shared::narrow_one, Shared::select, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -29,10 +31,11 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using HalfInts = typename Shared::HalfInts;
   using Doubles = typename Shared::Doubles;
   using Longs = typename Shared::Longs;
+  using Shorts = typename Lanes::Shorts;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
-    // at least column_sums' one 16-value vector a row
-    return channels >= 2 && Shared::same_size_3x3(g) && g.axes[1].in * channels >= 16;
+    // at least column_sums' one vector a row
+    return channels >= 2 && Shared::same_size_3x3(g) && g.axes[1].in * channels >= 2 * kLength;
   }
 
   // images: how many the call pools (small calls skip the can_mark test: it would cost more than it saves)
@@ -177,9 +180,10 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
         for (; i + kLength <= middle_end; i += kLength) narrow_one(ort_values<kUp, kDown, false>(tie_rows, i), yr + i);
       }
       for (; i + kStep <= middle_end; i += kStep) {
-        const __m256i a = window_sums16(sums, i), b = window_sums16(sums, i + 16);
+        const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
         Ints rounded[4], marked[4];
-        const Ints difference[4] = {low_half(a), high_half(a), low_half(b), high_half(b)};
+        const Ints difference[4] = {Shared::low_half(a), Shared::high_half(a), Shared::low_half(b),
+                                    Shared::high_half(b)};
         for (int v = 0; v < 4; ++v) {
           rounded[v] = requantised(difference[v], middle_scale, zero_point, marked[v]);
         }
@@ -188,10 +192,10 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
             rounded[v] = settled<kUp, kDown, false>(tie_rows, i + v * kLength, difference[v], marked[v], rounded[v]);
           }
         } else if constexpr (kMiddle == kRareMarks) {
-          if (__builtin_expect(any_lane((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
+          if (__builtin_expect(any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
             const float* const* window_rows = dequantised_rows<kUp, kDown>(x, r, true);
             for (int v = 0; v < 4; ++v) {
-              if (any_lane(marked[v])) {
+              if (any(marked[v])) {
                 rounded[v] = settled_apart<kUp, kDown, false>(window_rows, i + v * kLength, difference[v], marked[v],
                                                               rounded[v]);
               }
@@ -204,7 +208,7 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
         const Ints difference = window_sums8(sums, i);
         Ints marked;
         Ints rounded = requantised(difference, middle_scale, zero_point, marked);
-        if (kMiddle != kNoMarks && any_lane(marked)) {
+        if (kMiddle != kNoMarks && any(marked)) {
           rounded = settled_apart<kUp, kDown, false>(dequantised_rows<kUp, kDown>(x, r, true), i, difference, marked,
                                                      rounded);
         }
@@ -244,7 +248,7 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     Ints rounded = requantised(difference, scale, zero_point, marked);
     if (edge_ties_) {
       rounded = settled<kUp, kDown, true>(tie_rows, i, difference, marked, rounded);
-    } else if (any_lane(marked)) {
+    } else if (any(marked)) {
       rounded =
           settled_apart<kUp, kDown, true>(dequantised_rows<kUp, kDown>(x, r, false), i, difference, marked, rounded);
     }
@@ -261,47 +265,38 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
 
   // out[c_ + i], i in [0, n): the sum of value i over the window rows of the row at xr, less x_zero_point per
   // row (so that a window's three column sums add up to its difference from its zero sum). In int16 (at most
-  // 3 x 255), 16 values at a time, the last 16 moved back to end at n.
+  // 3 x 255), a vector of Shorts at a time, the last moved back to end at n.
   template <bool kUp, bool kDown>
   void column_sums(const Q* xr, int16_t* out_padded) const {
-    constexpr bool kSigned = std::is_signed_v<Q>;
     constexpr int rows_valid = 1 + kUp + kDown;
-    auto widened = [](const Q* p) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
-    };
-    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    constexpr int64_t kShorts = 2 * kLength;
+    const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * rows_valid);
     int16_t* out = out_padded + c_;
     const int64_t n = n_;
-    for (int64_t i = 0;; i += 16) {
-      i = min_of<int64_t>(i, n - 16);
-      __m256i s = _mm256_sub_epi16(widened(xr + i), zero_sum);
-      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + i - n));
-      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + i + n));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), s);
-      if (i + 16 >= n) break;
+    for (int64_t i = 0;; i += kShorts) {
+      i = min_of<int64_t>(i, n - kShorts);
+      Shorts s = Shared::widened_shorts(xr + i) - zero_sum;
+      if constexpr (kUp) s += Shared::widened_shorts(xr + i - n);
+      if constexpr (kDown) s += Shared::widened_shorts(xr + i + n);
+      Shared::store(out + i, s);
+      if (i + kShorts >= n) break;
     }
   }
 
   // Output row r's column sums (see column_sums), C zeros on each side: two rows' buffers, used in turn.
   int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (n_ + 2 * c_); }
 
-  // The windows' differences from their zero sums of values [i, i + 16) of a row with column sums `sums`, in int16
-  // (at most 9 x 255), and of [i, i + kLength) widened to int32.
-  __m256i window_sums16(const int16_t* sums, int64_t i) const {
-    auto at = [&](int64_t k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + k)); };
-    return _mm256_add_epi16(_mm256_add_epi16(at(i), at(i + c_)), at(i + 2 * c_));
+  // The windows' differences from their zero sums of values [i, i + 2 kLength) of a row with column sums `sums`,
+  // in int16 (at most 9 x 255), and of [i, i + kLength) widened to int32.
+  Shorts window_sums16(const int16_t* sums, int64_t i) const {
+    return (Shared::shorts_at(sums + i) + Shared::shorts_at(sums + i + c_)) + Shared::shorts_at(sums + i + 2 * c_);
   }
   Ints window_sums8(const int16_t* sums, int64_t i) const {
-    auto at = [&](int64_t k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + k)); };
-    return Ints(_mm256_cvtepi16_epi32(_mm_add_epi16(_mm_add_epi16(at(i), at(i + c_)), at(i + 2 * c_))));
+    return (Shared::ints_of_shorts(sums + i) + Shared::ints_of_shorts(sums + i + c_)) +
+           Shared::ints_of_shorts(sums + i + 2 * c_);
   }
-  static Ints low_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a))); }
-  static Ints high_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1))); }
-
-  // The float pass of kLength windows (Lanes::requantised's values and marks).
   static Ints requantised(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    return Shared::float_pass(difference, scale, zero_point, marked);
+    return Shared::requantised(difference, scale, zero_point, marked);
   }
 
   // settled() out of line, for the rare marks.
@@ -345,8 +340,8 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     Floats acc = {};
     // lanes of columns 0 and w - 1 leave out their left / right column: where C is a multiple of kLength, all
     // lanes of a vector alike (no select)
-    const bool any_left = !kEdges || any_lane(left_in), any_right = !kEdges || any_lane(right_in);
-    const bool all_left = !kEdges || !any_lane(~left_in), all_right = !kEdges || !any_lane(~right_in);
+    const bool any_left = !kEdges || any(left_in), any_right = !kEdges || any(right_in);
+    const bool all_left = !kEdges || !any(~left_in), all_right = !kEdges || !any(~right_in);
     // (lambdas always inlined: GCC left add_row out of line, a call per row of each window)
     auto add = [&](const float* e, const Ints& inside, bool any, bool every) __attribute__((always_inline)) {
       if (!any) return;

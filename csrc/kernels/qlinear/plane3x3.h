@@ -1,21 +1,20 @@
 // QLinearAveragePool over NCHW planes with 3x3 windows, stride 1, pads 1 (Inception's and TFLite's average pool):
 // window sums and requantisation in one pass over each plane, in registers, and ORT's float evaluation of the
-// rounding ties of a vector's windows at once.
-// Included by qlinear_pool.h (after the Requantiser) in the avx2 and avx512 builds only, so it is part of those
-// per-ISA kernels (namespace onnx_pools::ONNX_POOLS_ISA::{anon}): with 4 lanes (SSE2, NEON) and byte widening by
-// unpacks, the one pass measured 1.6-1.7x slower than qlinear_pool's flat passes (4.3 vs 2.6 ms, 8x64x56x56).
+// rounding ties of a vector's windows at once. Written on RequantiseLanes (GCC vector extensions); taken where
+// those have 8 lanes (kOnePass3x3): with 4 (SSE2) qlinear_pool's flat passes are faster.
+// Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
 
-// RequantiseLanes' lane count in these builds, as a constant outside the template (a vector_size depending on a
-// template parameter is dropped by GCC 12, leaving a scalar type).
-constexpr int kPlaneLanes = 8;
+#include "kernels/qlinear/requantise.h"
 
-// Whether any lane of a mask vector (lanes 0 or all ones) is set.
-template <class Ints>
-inline bool any_lane(Ints m) {
-  static_assert(sizeof(Ints) == 32);
-  return !_mm256_testz_si256(__m256i(m), __m256i(m));
-}
+// RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template
+// parameter is dropped by GCC 12, leaving a scalar type).
+constexpr int kPlaneLanes = RequantiseLanes<uint8_t>::kLength;
+#if defined(__ARM_NEON)
+constexpr bool kOnePass3x3 = true;
+#else
+constexpr bool kOnePass3x3 = kPlaneLanes == 8;
+#endif
 
 // n values, zero-filled, in a ScratchBuffer: the per-ISA kernel files keep no std containers (kernels.h), since a
 // std::vector member instantiated here could leave a weak symbol built with this file's instructions, which the
@@ -35,10 +34,16 @@ class ZeroedArray {
   T* const data_;
 };
 
-// The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in qlinear_nhwc3x3.h): the float
-// pass, the exact values in double, the narrowing, and the test whether a window kind can be marked at all.
+// Which neighbour rows the windows of a row have: all three window rows, or the first / last row of the input.
+enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
+constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == WindowRows::AboveOnly; }
+constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == WindowRows::BelowOnly; }
+constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
+
+// The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in nhwc3x3.h): the exact
+// values in double, and the test whether a window kind can be marked at all.
 template <class Q>
-struct Window3x3Lanes {
+struct Window3x3Lanes : RequantiseLanes<Q> {
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
   static_assert(kLength == Lanes::kLength);
@@ -48,42 +53,14 @@ struct Window3x3Lanes {
   typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
   typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
 
-  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
-    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
-  }
-  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
-
   // Whether the windows are 3x3, stride 1, pads 1 over a 2-D input (so outputs and inputs have the same size): the
   // geometry both kernels take.
   static bool same_size_3x3(const PoolGeometry& g) {
-    if (g.axes.size() != 2) return false;
+    if (!kOnePass3x3 || g.axes.size() != 2) return false;
     for (const AxisGeometry& a : g.axes) {
       if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
     }
     return true;
-  }
-
-  // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
-  // takes the bytes out one by one on x86-64, which made the step ten times slower).
-  static Ints widened(const Q* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-  }
-
-  // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
-  // count, then by y_scale, plus y_zero_point, clamped and rounded.
-  static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
-  }
-
-  // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
-  // magic-number addition rounds in too), the mark as |off| > band
-  static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
-    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
-    const Floats off = value - __builtin_convertvector(rounded, Floats);
-    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
-    return rounded;
   }
 
   // Whether the float pass can mark a window of `valid` input elements with this scale: every difference from its
@@ -92,13 +69,13 @@ struct Window3x3Lanes {
     const int32_t lowest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::min() - x_zero_point);
     const int32_t highest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::max() - x_zero_point);
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    Ints iota;
-    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    const Ints iota = Lanes::iota();
     for (int32_t d = lowest; d <= highest; d += kLength) {
       const Ints difference = iota + d;
       Ints marked;
-      float_pass(select(difference <= highest, difference, Ints{} + highest), Floats{} + scale, zero_point, marked);
-      if (any_lane(marked)) return true;
+      Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), Floats{} + scale,
+                         zero_point, marked);
+      if (Lanes::any(marked)) return true;
     }
     return false;
   }
@@ -123,13 +100,6 @@ struct Window3x3Lanes {
     }
     exact = joined(exact_half[0], exact_half[1]);
     tie = joined(tie_half[0], tie_half[1]);
-  }
-
-  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
-  static void narrow_one(Ints a, Q* out) {
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
   }
 
   // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
@@ -159,7 +129,8 @@ struct Window3x3Lanes {
 template <class Q>
 class Plane3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::float_pass, Shared::half, Shared::joined, Shared::narrow_one, Shared::ort_rounded, Shared::widened;
+  using Shared::any, Shared::floats_at, Shared::half, Shared::ints_at, Shared::joined, Shared::narrow_one,
+      Shared::ort_rounded, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -170,6 +141,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   using HalfInts = typename Shared::HalfInts;
   using Doubles = typename Shared::Doubles;
   using Longs = typename Shared::Longs;
+  using Shorts = typename Lanes::Shorts;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
     return channels == 1 && Shared::same_size_3x3(g) && g.axes[0].in >= 3 && g.axes[1].in >= kStep;
@@ -234,7 +206,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     rows<false, true>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
     rows<true, true>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
     rows<true, false>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
-    if (any_lane(edge_marks)) {
+    if (any(edge_marks)) {
       edge_columns<false>(y, 0);
       edge_columns<false>(y, w_ - 1);
     }
@@ -298,10 +270,6 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     }
   }
 
-  // kLength values from p (loads, not memcpy: GCC built such vectors on the stack from two halves)
-  static Floats floats_at(const float* p) { return Floats(_mm256_loadu_ps(p)); }
-  static Ints ints_at(const int32_t* p) { return Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-
   template <bool kUp, bool kDown>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
     if (marks) {
@@ -347,7 +315,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         narrow_one(requantised(sums, j, scale, zero_point, marked), yr + j);
         if constexpr (kMarks) row_marks |= marked;
       }
-      if (kMarks && __builtin_expect(any_lane(row_marks), 0)) {
+      if (kMarks && __builtin_expect(any(row_marks), 0)) {
         settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
       }
     }
@@ -358,22 +326,18 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
   template <bool kUp, bool kDown>
   void column_sums(const Q* xr, int16_t* out_padded) {
-    constexpr bool kSigned = std::is_signed_v<Q>;
     constexpr int rows_valid = 1 + kUp + kDown;
-    auto widened = [](const Q* p) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
-    };
-    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    constexpr int64_t kShorts = 2 * kLength;
+    const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * rows_valid);
     int16_t* out = out_padded + 1;
     const int64_t w = w_;
-    for (int64_t c = 0;; c += 16) {
-      c = min_of<int64_t>(c, w - 16);
-      __m256i s = _mm256_sub_epi16(widened(xr + c), zero_sum);
-      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + c - w));
-      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + c + w));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), s);
-      if (c + 16 >= w) break;
+    for (int64_t c = 0;; c += kShorts) {
+      c = min_of<int64_t>(c, w - kShorts);
+      Shorts s = Shared::widened_shorts(xr + c) - zero_sum;
+      if constexpr (kUp) s += Shared::widened_shorts(xr + c - w);
+      if constexpr (kDown) s += Shared::widened_shorts(xr + c + w);
+      Shared::store(out + c, s);
+      if (c + kShorts >= w) break;
     }
   }
 
@@ -384,13 +348,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // the window's difference from its zero sum, with the window's scale from the row's scales): the same
   // rounded values and marks.
   static Ints requantised(const int16_t* sums, int64_t c, const float* scale, Floats zero_point, Ints& marked) {
-    auto sums_at = [&](int64_t at) {  // sums[at .. at + kLength) widened to int32
-      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + at))));
-    };
+    auto sums_at = [&](int64_t at) { return Shared::ints_of_shorts(sums + at); };
     const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
-    Floats s;
-    std::memcpy(&s, scale + c, sizeof s);
-    return float_pass(difference, s, zero_point, marked);
+    return Shared::requantised(difference, floats_at(scale + c), zero_point, marked);
   }
 
   // With distinct scales the float pass marks only windows whose value can lie within kMarkBand of a tie; for
@@ -454,7 +414,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
       edge_marks |= marks & edge;
       marks &= ~edge;
-      if (any_lane(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
+      if (any(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
       narrow_one(rounded, y + i);
     }
   }
@@ -609,7 +569,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
         out = Lanes::requantised(difference, scale, zero_point, marked);
       }
-      if (kTies || any_lane(marked & (row < static_cast<int32_t>(h)))) {
+      if (kTies || any(marked & (row < static_cast<int32_t>(h)))) {
         Ints exact = out, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
         // (with kOrtOnly every lane is "marked" and a "tie": the selects keep ORT's value)
         if constexpr (!kTies) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
