@@ -34,11 +34,16 @@ class ZeroedArray {
   T* const data_;
 };
 
-// Which neighbour rows the windows of a row have: all three window rows, or the first / last row of the input.
+// Which neighbour rows the windows of an output row have (above, below, both or neither: a one-row input).
 enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
 constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == WindowRows::AboveOnly; }
 constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == WindowRows::BelowOnly; }
 constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
+
+// How a one-pass kernel treats the float pass's marks in a stretch of outputs: none can occur (skipped), they are
+// rare (gathered, and settled where found), every output is settled (with equal scales a sixth of the edge
+// windows are ties: a branch per vector would mispredict), or ORT's float value alone decides every output.
+enum class MarkRule { Skip, Rare, SettleAll, OrtOnly };
 
 // The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in nhwc3x3.h): the exact
 // values in double, and the test whether a window kind can be marked at all.
@@ -197,49 +202,50 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     Ints edge_marks{};
     if (ties_at_edges_) {
       if (ort_decides_edges_) {
-        edges<true>(x, y, first, last);
+        edges<MarkRule::OrtOnly>(x, y, first, last);
       } else {
-        edges<false>(x, y, first, last);
+        edges<MarkRule::SettleAll>(x, y, first, last);
       }
       return;
     }
-    rows<false, true>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
-    rows<true, true>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
-    rows<true, false>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
+    rows<WindowRows::BelowOnly>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
+    rows<WindowRows::Both>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
+    rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
     if (any(edge_marks)) {
-      edge_columns<false>(y, 0);
-      edge_columns<false>(y, w_ - 1);
+      edge_columns<MarkRule::Rare>(y, 0);
+      edge_columns<MarkRule::Rare>(y, w_ - 1);
     }
   }
 
-  // A plane with ties at its edges (ties_at_edges_); kOrtOnly: ORT's float value decides every edge output (see
+  // A plane with ties at its edges (ties_at_edges_); kEdges OrtOnly: ORT's float value decides every edge output (see
   // ort_decides_edges_), else only the ties, the float pass the others.
-  template <bool kOrtOnly>
+  template <MarkRule kEdges>
   void edges(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
-    border_row<false, true, kOrtOnly>(x, y, 0);
-    rows<true, true, false>(x, y, 1, h_ - 1, first, last, edge_marks);
-    border_row<true, false, kOrtOnly>(x, y, h_ - 1);
-    edge_columns<true, kOrtOnly>(y, 0);
-    edge_columns<true, kOrtOnly>(y, w_ - 1);
+    border_row<WindowRows::BelowOnly, kEdges>(x, y, 0);
+    rows<WindowRows::Both, MarkRule::Skip>(x, y, 1, h_ - 1, first, last, edge_marks);
+    border_row<WindowRows::AboveOnly, kEdges>(x, y, h_ - 1);
+    edge_columns<kEdges>(y, 0);
+    edge_columns<kEdges>(y, w_ - 1);
   }
 
-  // Row r, the first (kDown) or last (kUp) of a plane with ties at its edges: ORT's float value for every lane,
-  // from the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad column (adding
-  // a pad's 0 leaves ORT's sum as it is); kept in every lane (kOrtOnly), or in those the float pass (from the column
-  // sums) marks, every one a tie (marks_are_ties_). No branch per vector: a sixth of the lanes are ties (count 4, 6).
-  template <bool kUp, bool kDown, bool kOrtOnly>
+  // Row r, the first (has_below(kRows)) or last (has_above(kRows)) of a plane with ties at its edges: ORT's float value
+  // for every lane, from the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad
+  // column (adding a pad's 0 leaves ORT's sum as it is); kept in every lane (OrtOnly), or in those the float pass (from
+  // the column sums) marks, every one a tie (marks_are_ties_). No branch per vector: a sixth of the lanes are ties
+  // (count 4, 6).
+  template <WindowRows kRows, MarkRule kEdges>
   void border_row(const Q* x, Q* y, int64_t r) {
-    static_assert(kUp != kDown);
+    static_assert(row_count(kRows) == 2);
     const int64_t w = w_;
     const Q* xr = x + r * w;
-    if constexpr (!kOrtOnly) column_sums<kUp, kDown>(xr, row_sums(r));
+    if constexpr (kEdges != MarkRule::OrtOnly) column_sums<kRows>(xr, row_sums(r));
     std::memcpy(edge_dwords(0) + r + 1, xr, sizeof(int32_t));  // for edge_columns
     std::memcpy(edge_dwords(1) + r + 1, xr + w - 4, sizeof(int32_t));
     float* upper = row_terms_.data() + 1;  // the window's upper row (row-major: its elements are added first)
     float* lower = upper + w + 2;
-    dequantised_row(xr - (kUp ? w : 0), upper);
-    dequantised_row(xr + (kDown ? w : 0), lower);
+    dequantised_row(xr - (has_above(kRows) ? w : 0), upper);
+    dequantised_row(xr + (has_below(kRows) ? w : 0), lower);
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats y_scale = Floats{} + q_.y_scale;
     const float y_zero_point = static_cast<float>(q_.y_zero_point);
@@ -250,7 +256,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       const Floats acc = floats_at(upper + j - 1) + floats_at(upper + j) + floats_at(upper + j + 1) +
                          floats_at(lower + j - 1) + floats_at(lower + j) + floats_at(lower + j + 1);
       Ints out = ort_rounded(acc, floats_at(count_outer_.data() + j), y_scale, y_zero_point);
-      if constexpr (!kOrtOnly) {
+      if constexpr (kEdges != MarkRule::OrtOnly) {
         Ints marked;
         const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
         out = (marked & out) | (~marked & rounded);
@@ -270,30 +276,30 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     }
   }
 
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
     if (marks) {
-      rows<kUp, kDown, true>(x, y, begin, end, first, last, edge_marks);
+      rows<kRows, MarkRule::Rare>(x, y, begin, end, first, last, edge_marks);
     } else {
-      rows<kUp, kDown, false>(x, y, begin, end, first, last, edge_marks);
+      rows<kRows, MarkRule::Skip>(x, y, begin, end, first, last, edge_marks);
     }
   }
 
-  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown). Per row:
-  // the column sums of its window rows (less x_zero_point per element) into column_sums_, then each output adds
-  // three neighbouring column sums (the pad columns hold 0) and is requantised as Requantiser::span does (same
-  // float operations, same marks), in steps of kStep outputs, the rest a vector at a time. Marks are only
-  // gathered over the row (kMarks); a row with any is done again by settle_row.
-  template <bool kUp, bool kDown, bool kMarks>
+  // Output rows [begin, end), which share which neighbour rows they have (above: has_above(kRows), below:
+  // has_below(kRows)). Per row: the column sums of its window rows (less x_zero_point per element) into column_sums_,
+  // then each output adds three neighbouring column sums (the pad columns hold 0) and is requantised as
+  // Requantiser::span does (same float operations, same marks), in steps of kStep outputs, the rest a vector at a time.
+  // Marks are only gathered over the row (MarkRule::Rare); a row with any is done again by settle_row.
+  template <WindowRows kRows, MarkRule kMarks>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     const float* scale = (rows_valid == 3 ? scale_middle_ : scale_outer_).data();
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    if (begin < end) column_sums<kUp, kDown>(x + begin * w_, row_sums(begin));
+    if (begin < end) column_sums<kRows>(x + begin * w_, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them (store forwarding
       // fails for loads across two stores)
-      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * w_, row_sums(r + 1));
+      if (r + 1 < end) column_sums<kRows>(x + (r + 1) * w_, row_sums(r + 1));
       const int16_t* sums = row_sums(r);
       std::memcpy(edge_dwords(0) + r + 1, x + r * w_, sizeof(int32_t));  // for edge_columns
       std::memcpy(edge_dwords(1) + r + 1, x + r * w_ + w_ - 4, sizeof(int32_t));
@@ -305,7 +311,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         for (int v = 0; v < 4; ++v) {
           Ints marked;
           rounded[v] = requantised(sums, j + v * kLength, scale, zero_point, marked);
-          if constexpr (kMarks) row_marks |= marked;
+          if constexpr (kMarks == MarkRule::Rare) row_marks |= marked;
         }
         Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], yr + j);
       }
@@ -313,10 +319,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         j = min_of(j, w_ - kLength);
         Ints marked;
         narrow_one(requantised(sums, j, scale, zero_point, marked), yr + j);
-        if constexpr (kMarks) row_marks |= marked;
+        if constexpr (kMarks == MarkRule::Rare) row_marks |= marked;
       }
-      if (kMarks && __builtin_expect(any(row_marks), 0)) {
-        settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
+      if (kMarks == MarkRule::Rare && __builtin_expect(any(row_marks), 0)) {
+        settle_row<kRows>(x, y, r, first, last, scale, zero_point, edge_marks);
       }
     }
   }
@@ -324,9 +330,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // out[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less x_zero_point per
   // row (so that a window's three of them add up to its difference from its zero sum). In int16 (at most
   // 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   void column_sums(const Q* xr, int16_t* out_padded) {
-    constexpr int rows_valid = 1 + kUp + kDown;
+    constexpr int rows_valid = row_count(kRows);
     constexpr int64_t kShorts = 2 * kLength;
     const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * rows_valid);
     int16_t* out = out_padded + 1;
@@ -334,8 +340,8 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     for (int64_t c = 0;; c += kShorts) {
       c = min_of<int64_t>(c, w - kShorts);
       Shorts s = Shared::widened_shorts(xr + c) - zero_sum;
-      if constexpr (kUp) s += Shared::widened_shorts(xr + c - w);
-      if constexpr (kDown) s += Shared::widened_shorts(xr + c + w);
+      if constexpr (has_above(kRows)) s += Shared::widened_shorts(xr + c - w);
+      if constexpr (has_below(kRows)) s += Shared::widened_shorts(xr + c + w);
       Shared::store(out + c, s);
       if (c + kShorts >= w) break;
     }
@@ -354,11 +360,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   }
 
   // With distinct scales the float pass marks only windows whose value can lie within kMarkBand of a tie; for
-  // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can (0.05 / 0.031:
-  // fractions k / 279 and k / 186), and those rows then round without gathering marks (a quarter of their
-  // time). Decided by can_mark (about 3800 differences, ~2 us), remembered per thread for the last parameters:
-  // ORT's thread pool calls run() per chunk of a few planes. A call of fewer than kMarkCheckWork elements does
-  // not decide (the decision would cost more than it can save) and gathers the marks.
+  // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can, and those rows then round
+  // without gathering marks. Decided by can_mark, remembered per thread for the last parameters: ORT's thread pool
+  // calls run() per chunk of a few planes. A call of fewer than kMarkCheckWork elements does not decide (the decision
+  // would cost more than it can save) and gathers the marks.
   bool middle_rows_mark(int64_t work) const {
     struct Decision {
       bool known;
@@ -386,10 +391,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
   // the other marked values settled a vector at a time (settled). The vectors' input bytes around them come from
   // the plane, or at the call's first or last plane, where they reach outside it, from a zero-padded copy.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   __attribute__((noinline)) void settle_row(const Q* x, Q* y, int64_t r, bool first, bool last, const float* scale,
                                             Floats zero_point, Ints& edge_marks) {
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     const WindowConstants k{Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 3),
@@ -399,7 +404,8 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     for (int64_t j = 0; j < w_; j += kLength) {
       j = min_of(j, w_ - kLength);
       const int64_t i = r * w_ + j;
-      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kLength + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      const int64_t lo = i - 1 - (has_above(kRows) ? w_ : 0),
+                    hi = i + kLength + 1 + (has_below(kRows) ? w_ : 0);  // bytes read: [lo, hi)
       const Q* at = x + i;
       if ((first && lo < 0) || (last && hi > size_)) {
         Q* copy = edge_copy_.data();
@@ -414,7 +420,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
       edge_marks |= marks & edge;
       marks &= ~edge;
-      if (any(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
+      if (any(marks)) rounded = settled<kRows>(at, j, k, marks, rounded);
       narrow_one(rounded, y + i);
     }
   }
@@ -435,12 +441,12 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     Ints edge;               // at a row's end (not left_in or not right_in)
     Ints sum, zero_sum;      // the window's sum, and x_zero_point x its element count
   };
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   static Window window_at(const Q* p, int64_t col, const WindowConstants& k, int64_t w) {
     auto column = [&](const Q* q) {  // the column of up to three rows at q
       Ints s = widened(q);
-      if constexpr (kUp) s += widened(q - w);
-      if constexpr (kDown) s += widened(q + w);
+      if constexpr (has_above(kRows)) s += widened(q - w);
+      if constexpr (has_below(kRows)) s += widened(q + w);
       return s;
     };
     Ints c = k.iota + static_cast<int32_t>(col);
@@ -453,9 +459,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     window.zero_sum = (window.edge & k.zero_edge) | (~window.edge & k.zero_full);
     return window;
   }
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   Window window_at(const Q* p, int64_t col, const WindowConstants& k) const {
-    return window_at<kUp, kDown>(p, col, k, w_);
+    return window_at<kRows>(p, col, k, w_);
   }
 
   // The final outputs of a vector of marked values (marks), whose first window is centred on p: the exact value
@@ -465,13 +471,13 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // pass's value where unmarked. Every lane computed, the marked lanes selected: at the cost of about one window
   // per vector, instead of a scalar evaluation per tie. Distinct scales only (the rows with equal scales have no
   // marks, or are border rows), where marked values are rare and most are not ties.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const WindowConstants& k, Ints marks,
                                          Ints rounded) const {
-    const Window window = window_at<kUp, kDown>(p, col, k);
+    const Window window = window_at<kRows>(p, col, k);
     const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
     const Ints &sum = window.sum, &zero_sum = window.zero_sum;
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     Ints exact, tie;
     exact_and_ties(sum - zero_sum, edge, requantiser_.window_scale(rows_valid * 2),
                    requantiser_.window_scale(rows_valid * 3), exact, tie);
@@ -488,9 +494,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       add(row, all);
       add(row + 1, right_in);
     };
-    if constexpr (kUp) add_row(p - w_);
+    if constexpr (has_above(kRows)) add_row(p - w_);
     add_row(p);
-    if constexpr (kDown) add_row(p + w_);
+    if constexpr (has_below(kRows)) add_row(p + w_);
     const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 3);
     const Floats count_edge = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 2);
     const Floats count = Floats((edge & Ints(count_edge)) | (~edge & Ints(count_full)));
@@ -506,9 +512,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // selected. kTies (ties_at_edges_): every mark is a tie and a sixth of the lanes are, so each group is settled
   // without a branch; else only the groups with a mark, rare. kOrtOnly (ort_decides_edges_): ORT's value in every
   // lane, no float pass.
-  template <bool kTies, bool kOrtOnly = false>
+  template <MarkRule kEdges>
   void edge_columns(Q* y, int64_t c) {
-    static_assert(kTies || !kOrtOnly);
+    constexpr bool kTies = kEdges != MarkRule::Rare, kOrtOnly = kEdges == MarkRule::OrtOnly;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     const int64_t w = w_, h = h_;  // locals: the byte stores below may alias any member

@@ -60,12 +60,13 @@ struct RequantisePattern {
 // The requantisation of n positions of `channels` values, the one sequence both paths run: the vectorised pass
 // (Requantiser::run), the exact value for the elements it marks (settle; valid_of(i): elements in position i's
 // windows), and ORT's float evaluation, by ties(), for those the exact value leaves on a tie (still marked).
-// With kSettleFirst false, ties() gets every marked element and settles them itself (see settle_position).
-template <bool kSettleFirst = true, class Q, class I, class Valid, class Ties>
+// With TieOrder::TiesSettleAll, ties() gets every marked element and settles them itself (see settle_position).
+enum class TieOrder { ExactFirst, TiesSettleAll };
+template <TieOrder kOrder = TieOrder::ExactFirst, class Q, class I, class Valid, class Ties>
 void requantise(const Requantiser<Q, I>& r, const I* sums, const RequantisePattern<Q, I>& pattern, int64_t n,
                 int64_t channels, Q* y, uint8_t* mark, Valid&& valid_of, Ties&& ties) {
   if (!r.run(sums, pattern.zero_sum, pattern.scale, n, channels, y, mark)) return;
-  if (kSettleFirst && r.settle(sums, n, channels, mark, y, valid_of) == 0) return;
+  if (kOrder == TieOrder::ExactFirst && r.settle(sums, n, channels, mark, y, valid_of) == 0) return;
   ties();
 }
 
@@ -126,7 +127,7 @@ class QLinearStreamPlan {
         if (channels_ > 1) {
           // NHWC: each marked window's exact and ORT values across its channels at once; with equal scales the
           // edge windows of 4 or 6 elements put a sixth of their values on exact ties, in every row
-          requantise<false>(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of, [&] {
+          requantise<TieOrder::TiesSettleAll>(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of, [&] {
             for (int64_t j = 0; j < n; ++j) {
               const uint8_t* mj = mark_ + j * channels_;
               if (!any_marked(mj, channels_)) continue;
@@ -302,8 +303,8 @@ class QLinearPlan {
     };
     if constexpr (Requantiser<Q, I>::kFloat) {
       if (channels_ == 1 && rank_ <= 2) {  // NCHW planes: settled and tied in one pass, row by row
-        requantise<false>(requantiser_, s, pattern, n_rows * out_last_, 1, yb, mark_, valid_of,
-                          [&] { settle_plane_rows(xu, yb, s, row, n_rows); });
+        requantise<TieOrder::TiesSettleAll>(requantiser_, s, pattern, n_rows * out_last_, 1, yb, mark_, valid_of,
+                                            [&] { settle_plane_rows(xu, yb, s, row, n_rows); });
         return;
       }
     }

@@ -298,26 +298,53 @@ struct RequantiseLanes {
 #endif
   }
   // The lower and upper kLength lanes of s, sign-extended.
-  static Ints low_half(Shorts s) { return __builtin_convertvector(half_of(s, 0), Ints); }
-  static Ints high_half(Shorts s) { return __builtin_convertvector(half_of(s, 1), Ints); }
+  static Ints low_half(Shorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(__m256i(s))));
+#else
+    return __builtin_convertvector(half_of(s, 0), Ints);
+#endif
+  }
+  static Ints high_half(Shorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(__m256i(s), 1)));
+#else
+    return __builtin_convertvector(half_of(s, 1), Ints);
+#endif
+  }
   typedef int16_t HalfShorts __attribute__((vector_size(kLength * 2)));
   static HalfShorts half_of(Shorts s, int h) {
     HalfShorts out;
     std::memcpy(&out, reinterpret_cast<const char*>(&s) + h * sizeof out, sizeof out);
     return out;
   }
-  static Ints ints_of_shorts(const int16_t* p) {
+  static HalfShorts half_shorts_at(const int16_t* p) {
     HalfShorts s;
     std::memcpy(&s, p, sizeof s);
-    return __builtin_convertvector(s, Ints);
+    return s;
   }
+  static Ints ints_of(HalfShorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(__m128i(s)));
+#else
+    return __builtin_convertvector(s, Ints);
+#endif
+  }
+  static Ints ints_of_shorts(const int16_t* p) { return ints_of(half_shorts_at(p)); }
 
-  // value clamped to Q's range (as clamp_to; the value is never NaN): the comparisons of maxps / minps
+  // value clamped to Q's range (as clamp_to; the value is never NaN), by maxps / minps where there are (GCC's
+  // selects for the generic form compare and blend)
   static Floats clamped(Floats value) {
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
+#if defined(__AVX2__)
+    return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
+#elif defined(__SSE2__)
+    return __builtin_ia32_minps(__builtin_ia32_maxps(value, qmin), qmax);
+#else
     value = value > qmin ? value : qmin;
     return value < qmax ? value : qmax;
+#endif
   }
   // A clamped value rounded half to even, as whole Ints (the conversion rounds in the mode the magic-number
   // addition of round_half_even rounds in).
@@ -394,6 +421,11 @@ constexpr int64_t kShortSumKernel = 128;
 // float and the float value is within 8e-5 of the exact one wherever the clamp does not decide, so elements more
 // than 2e-4 from a tie round as the exact value does; those within 2e-4 (a superset of the 1e-4 tie band) are
 // marked and the caller settles them with exact() in double. Results equal the all-double evaluation.
+// Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair.
+enum class Pattern { PerValue, Uniform };
+// Whether the float pass marks the values near a tie, or skips the marks (none can occur).
+enum class Marking { Gather, Skip };
+
 template <class Q, class I>
 struct Requantiser {
   static constexpr bool kFloat = sizeof(I) == 2;
@@ -487,10 +519,10 @@ struct Requantiser {
     if constexpr (kFloat) {
       if (channels == 1) {
         if (marks_are_ties && count_include_pad && kernel_size % 2 == 1) {  // one odd count: no ties at all
-          span<true, false>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+          span<Pattern::PerValue, Marking::Skip>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
           return false;
         }
-        return span<true>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+        return span<Pattern::PerValue, Marking::Gather>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
       }
       // positions sharing zero_sum and scale (a row's interior windows) as one stretch
       bool any = false;
@@ -499,9 +531,11 @@ struct Requantiser {
         while (j < n && zero_sum[j] == zero_sum[i] && scale[j] == scale[i]) ++j;
         const int64_t at = i * channels, length = (j - i) * channels;
         if (tie_free(scale[i])) {
-          span<false, false>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
+          span<Pattern::Uniform, Marking::Skip>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at,
+                                                mark + at);
         } else {
-          any |= span<false>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
+          any |= span<Pattern::Uniform, Marking::Gather>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length,
+                                                         y + at, mark + at);
         }
         i = j;
       }
@@ -520,11 +554,11 @@ struct Requantiser {
   }
 
   // n values, as element() computes each (the same float operations, lane by lane, 4 vectors at a time): y,
-  // and a mark (0 or 1) per value; zero_sum and scale per value (kPerValue) or one pair for all. Returns whether
-  // any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose code
-  // for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one.
-  // Without kMarks (values that cannot be marked, see tie_free) only the rounding: the marks are cleared.
-  template <bool kPerValue, bool kMarks = true>
+  // and a mark (0 or 1) per value; zero_sum and scale per value (Pattern::PerValue) or one pair for all. Returns
+  // whether any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose
+  // code for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one. With Marking::Skip
+  // (values that cannot be marked, see tie_free) only the rounding: the marks are cleared.
+  template <Pattern kPattern, Marking kMarking>
   bool span(const I* sums, const I* zero_sum, const Scale* scale, I zero_sum_all, Scale scale_all, int64_t n, Q* y,
             uint8_t* mark) const {
     static_assert(kFloat);
@@ -541,7 +575,7 @@ struct Requantiser {
       std::memcpy(&s, sums + at, sizeof s);
       Ints d = __builtin_convertvector(s, Ints);
       Floats sc = scale_v;
-      if constexpr (kPerValue) {
+      if constexpr (kPattern == Pattern::PerValue) {
         Shorts z;
         std::memcpy(&z, zero_sum + at, sizeof z);
         d -= __builtin_convertvector(z, Ints);
@@ -553,7 +587,7 @@ struct Requantiser {
     };
     Ints any{};
     int64_t i = 0;
-    if constexpr (!kMarks) {
+    if constexpr (kMarking == Marking::Skip) {
       for (; i + 4 * kLength <= n; i += 4 * kLength) {
         Ints r0, r1, r2, r3, m;
         lanes(i, r0, m);
@@ -564,7 +598,8 @@ struct Requantiser {
       }
       for (; i < n; ++i) {
         uint8_t unused;
-        y[i] = element(sums[i], kPerValue ? zero_sum[i] : zero_sum_all, kPerValue ? scale[i] : scale_all, unused);
+        y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
+                       kPattern == Pattern::PerValue ? scale[i] : scale_all, unused);
       }
       std::memset(mark, 0, static_cast<size_t>(n));
       return false;
@@ -583,14 +618,15 @@ struct Requantiser {
     int32_t flags = 0;
     for (int k = 0; k < kLength; ++k) flags |= any[k];
     for (; i < n; ++i) {
-      y[i] = element(sums[i], kPerValue ? zero_sum[i] : zero_sum_all, kPerValue ? scale[i] : scale_all, mark[i]);
+      y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
+                     kPattern == Pattern::PerValue ? scale[i] : scale_all, mark[i]);
       flags |= mark[i];
     }
     return flags != 0;
   }
 
   // run() for int32/int64 sums (double arithmetic), in chunks: while chunks carry no marks, the vectorised loop
-  // keeps only a flag in int32 lanes (storing byte marks costs it a third of its time) and a flagged chunk gets its
+  // keeps only a flag in int32 lanes and a flagged chunk gets its
   // marks from a second loop; after a flagged chunk the next chunk stores its marks directly.
   bool run_chunks(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
                   uint8_t* mark) const {
