@@ -1,6 +1,5 @@
 """Builds csrc/ with CMake into a shared library placed inside the onnx_pools package, and installs with the package
-what its command line needs outside a source checkout: the bundled models (onnx_pools/models/*.onnx) and the
-benchmark (bench/bench.py as the module onnx_pools._bench)."""
+what its command line needs outside a source checkout: the bundled models (onnx_pools/models/*.onnx)."""
 
 import glob
 import os
@@ -42,8 +41,7 @@ class BuildWithCMake(build_ext):
 
 
 class BuildPyWithData(build_py):
-    """The package plus files kept elsewhere in the checkout: models/*.onnx -> onnx_pools/models/,
-    bench/bench.py -> onnx_pools/_bench.py (bench.py stays where it is: one copy in the source tree)."""
+    """The package plus the bundled models, kept elsewhere in the checkout: models/*.onnx -> onnx_pools/models/."""
 
     def run(self):
         super().run()
@@ -52,9 +50,6 @@ class BuildPyWithData(build_py):
         os.makedirs(os.path.join(package, "models"), exist_ok=True)
         for path in models:
             self.copy_file(path, os.path.join(package, "models", os.path.basename(path)))
-        bench = os.path.join(ROOT, "bench", "bench.py")
-        if os.path.exists(bench):
-            self.copy_file(bench, os.path.join(package, "_bench.py"))
 
     def get_outputs(self, include_bytecode=1):
         package = os.path.join(self.build_lib, "onnx_pools")
@@ -62,8 +57,6 @@ class BuildPyWithData(build_py):
             os.path.join(package, "models", os.path.basename(p))
             for p in glob.glob(os.path.join(ROOT, "models", "*.onnx"))
         ]
-        if os.path.exists(os.path.join(ROOT, "bench", "bench.py")):
-            extra.append(os.path.join(package, "_bench.py"))
         return super().get_outputs(include_bytecode) + extra
 
 

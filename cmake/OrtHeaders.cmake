@@ -39,3 +39,40 @@ endif()
 file(STRINGS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_c_api.h" _ort_api_line REGEX "^#define ORT_API_VERSION [0-9]+")
 string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ONNXRUNTIME_HEADERS_API_VERSION "${_ort_api_line}")
 message(STATUS "ONNX Runtime headers: ${ONNXRUNTIME_INCLUDE_DIR} (C API ${ONNXRUNTIME_HEADERS_API_VERSION})")
+
+# Headers for the plugin execution provider (csrc/ort/ep/, ONNX Runtime >= 1.24: kernel registries in
+# onnxruntime_ep_c_api.h, C API 24 and newer). Sets ONNXRUNTIME_EP_INCLUDE_DIR:
+#   1. ONNXRUNTIME_EP_INCLUDE_DIR (CMake or environment variable);
+#   2. else ONNXRUNTIME_INCLUDE_DIR when its headers are of C API 24 or newer;
+#   3. else the pinned Debian libonnxruntime-dev 1.27 (C API 27) fetched into the build tree.
+# Only the EP sources see these headers; the rest of the library keeps ONNXRUNTIME_INCLUDE_DIR, and the library as a
+# whole still asks ORT for C API 21 (the EP's entry points check for 1.24 themselves).
+if(NOT ONNXRUNTIME_EP_INCLUDE_DIR AND DEFINED ENV{ONNXRUNTIME_EP_INCLUDE_DIR})
+  set(ONNXRUNTIME_EP_INCLUDE_DIR "$ENV{ONNXRUNTIME_EP_INCLUDE_DIR}")
+endif()
+if(NOT ONNXRUNTIME_EP_INCLUDE_DIR AND ONNXRUNTIME_HEADERS_API_VERSION GREATER_EQUAL 24
+   AND EXISTS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_ep_c_api.h")
+  set(ONNXRUNTIME_EP_INCLUDE_DIR "${ONNXRUNTIME_INCLUDE_DIR}")
+endif()
+if(NOT ONNXRUNTIME_EP_INCLUDE_DIR)
+  set(ORT_EP_FETCH_DIR "${CMAKE_BINARY_DIR}/ort-headers-1.27")
+  message(STATUS "Fetching ONNX Runtime headers for the plugin execution provider (Debian libonnxruntime-dev, "
+                 "pinned 1.27); set ONNXRUNTIME_EP_INCLUDE_DIR to use headers you have (C API 24 or newer)")
+  execute_process(COMMAND bash "${_ort_headers_dir}/fetch_ort_headers.sh" "${ORT_EP_FETCH_DIR}" 1.27
+                  RESULT_VARIABLE ORT_EP_FETCH_RESULT)
+  if(NOT ORT_EP_FETCH_RESULT EQUAL 0)
+    message(FATAL_ERROR "Could not fetch the ONNX Runtime 1.27 headers (see above); set ONNXRUNTIME_EP_INCLUDE_DIR "
+                        "to a folder holding onnxruntime_ep_c_api.h of C API 24 or newer")
+  endif()
+  set(ONNXRUNTIME_EP_INCLUDE_DIR "${ORT_EP_FETCH_DIR}/usr/include/onnxruntime")
+endif()
+if(NOT EXISTS "${ONNXRUNTIME_EP_INCLUDE_DIR}/onnxruntime_ep_c_api.h")
+  message(FATAL_ERROR "onnxruntime_ep_c_api.h not found in ONNXRUNTIME_EP_INCLUDE_DIR=${ONNXRUNTIME_EP_INCLUDE_DIR}")
+endif()
+file(STRINGS "${ONNXRUNTIME_EP_INCLUDE_DIR}/onnxruntime_c_api.h" _ort_ep_api_line REGEX "^#define ORT_API_VERSION [0-9]+")
+string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ONNXRUNTIME_EP_HEADERS_API_VERSION "${_ort_ep_api_line}")
+if(ONNXRUNTIME_EP_HEADERS_API_VERSION LESS 24)
+  message(FATAL_ERROR "ONNXRUNTIME_EP_INCLUDE_DIR=${ONNXRUNTIME_EP_INCLUDE_DIR} has headers of C API "
+                      "${ONNXRUNTIME_EP_HEADERS_API_VERSION}; the plugin execution provider needs 24 or newer")
+endif()
+message(STATUS "ONNX Runtime headers for the plugin EP: ${ONNXRUNTIME_EP_INCLUDE_DIR} (C API ${ONNXRUNTIME_EP_HEADERS_API_VERSION})")

@@ -2,10 +2,12 @@
 # Fetches ONNX Runtime's C/C++ headers (Debian's libonnxruntime-dev, a pinned version) into DEST without installing
 # anything, and verifies them.
 #
-#   fetch_ort_headers.sh DEST [1.21|1.23]       (DEST/usr/include/onnxruntime/ holds the headers afterwards)
+#   fetch_ort_headers.sh DEST [1.21|1.23|1.27]  (DEST/usr/include/onnxruntime/ holds the headers afterwards)
 #
 #   1.21 (default): 1.21.0+dfsg-1 (Debian trixie), C API 21, the API level the library needs.
 #   1.23:           1.23.2+dfsg-6.1 (Debian forky/sid), C API 23.
+#   1.27:           1.27.1+dfsg-1 (Debian experimental), C API 27: the plugin execution provider API with kernel
+#                   registries (onnxruntime_ep_c_api.h), which the library's EP sources (csrc/ort/ep/) compile against.
 #
 # The .deb (~100 KB) is downloaded from the package pool of the apt mirror(s) this machine's apt sources name
 # (deb822 *.sources stanzas of type deb that are not disabled, and one-line `deb` entries of sources.list{,.d/*.list};
@@ -32,7 +34,11 @@ case $choice in
         headers_sha=6211908ca055cd9c6f34690c074103ddb56212d6d072a52f097e6a36e6513259
         declare -A deb_sha=([amd64]=4630a94adb36dc056feb124e51c6e952e2cab5188bc093a25bee8a7e1ac5196d
                             [arm64]=bcdadd1c4d95abb0dca27bdcad3d35b93883ac6bf1d9ffe27e882d8c2c59376b) ;;
-  *) echo "onnx-pools: unknown ONNX Runtime header choice '$choice' (1.21 or 1.23)" >&2; exit 1 ;;
+  1.27) version=1.27.1+dfsg-1
+        headers_sha=6f275403aa2bb90dd3e0bb81fe6760e32666c9881a43d2346363d7b0385b471e
+        declare -A deb_sha=([amd64]=521b439b4674dbd71da1d0bc3016f29075c6ad572f4a1c13beb011dee893f8f3
+                            [arm64]=5c2c40a75b6a2a6151ddb5b3236499ac564f7114a4b26f8af2cdbfd1ee051061) ;;
+  *) echo "onnx-pools: unknown ONNX Runtime header choice '$choice' (1.21, 1.23 or 1.27)" >&2; exit 1 ;;
 esac
 
 give_up() {

@@ -34,7 +34,7 @@ the dynamo exporter needs onnxscript, which is not installed here):
 
 The opset-22 GlobalLpPool model is written with onnx.helper (torch has no path to GlobalLpPool).
 
-Whole-model benchmark set (bench/models.py times these at batch 1 and 8; the batch dimension is symbolic, "N", so
+Whole-model benchmark set (bench --whole-models times these at batch 1 and 8; the batch dimension is symbolic, "N", so
 the batch is chosen at run time; small channel counts keep the files small, the pooled tensors are realistic):
 
   resnet_gap_f32.onnx     ResNet-like: stem Conv7x7 s2 + BN + ReLU + MaxPool, one bottleneck block (1x1, 3x3, 1x1
@@ -438,7 +438,7 @@ is explained in the docstring of make_models.py. In short:
   bfloat16 or double Conv. bfloat16 variants use opset 22 (first opset whose pooling schemas list bfloat16).
   No onnx-level type conversion was used.
 * The opset-22 GlobalLpPool model is built with onnx.helper: torch has no export path to GlobalLpPool.
-* The whole-model benchmark set (resnet_gap_f32, vgg_gmp_f32, lpnet_lppool_f32; timed by bench/models.py) are
+* The whole-model benchmark set (resnet_gap_f32, vgg_gmp_f32, lpnet_lppool_f32; timed by bench --whole-models) are
   torch modules with torchvision's default initialisation (torch.manual_seed(0)), exported in eval mode (BatchNorm
   folded into the convolutions) with a symbolic batch dimension "N" (dynamic_axes); channel counts are small to
   keep the files small, the pooled tensors have realistic sizes (ResNet-50's layer1 output, 256x56x56 per image).

@@ -11,7 +11,7 @@ calibration reader, once with uint8 activations (QUInt8) and once with int8 (QIn
 weights QInt8 in both.  Writes, next to this script:
     avgpool_float.onnx, avgpool_qop_uint8.onnx, avgpool_qop_int8.onnx, PROVENANCE_quantized.md
 
-and the whole-model benchmark network (bench/models.py times it at batch 1 and 8):
+and the whole-model benchmark network (bench --whole-models times it at batch 1 and 8):
     inception_qop_uint8.onnx, inception_qop_int8.onnx
 an Inception-v3-style float network (opset 13, symbolic batch "N", input Nx3x71x71; see build_inception_float)
 with 9 AveragePool 3x3 s1 pad 1 branches, quantized the same way: 9 com.microsoft.QLinearAveragePool nodes on
@@ -302,7 +302,7 @@ def main():
         lines.append(f"| {QUANT_NAMES[tag]} | {tag} | `{digest}` | {', '.join(ops)} | {z} |")
     lines += [
         "",
-        "Whole-model benchmark network (`python bench/models.py`): an Inception-v3-style float network, built with",
+        "Whole-model benchmark network (`bench --whole-models`): an Inception-v3-style float network, built with",
         "onnx.helper (seeded He-initialised weights; see build_inception_float for the layers), opset 13, symbolic",
         "batch N, X Nx3x71x71 -> Y Nx10, with 9 AveragePool 3x3 s1 pad 1 branches (3 at 64x35x35 and 2 at 192x8x8",
         "excluding padding, 4 at 128x17x17 including it), quantized as above with calibration inputs 1x3x71x71.",

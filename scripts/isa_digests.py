@@ -136,15 +136,16 @@ def run(path):
     import onnxruntime as ort
 
     import onnx_pools
-    from onnx_pools.cli import from_ortvalue, to_ortvalue
+    from onnx_pools.ortvalues import from_ortvalue, to_ortvalue
 
     digests, not_ran = {}, []
     for name, op, opset, x, attrs in cases():
-        so = onnx_pools.session_options(ops="all")
+        data = model(op, opset, x, attrs)
+        so = onnx_pools.session_options(ops="all", model=data)
         so.intra_op_num_threads = 1
         so.log_severity_level = 3
         before = onnx_pools.call_counts()[op]
-        sess = ort.InferenceSession(model(op, opset, x, attrs), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         # through OrtValues (the package's conversion, bfloat16 included); the output's raw bytes are hashed
         b = sess.io_binding()
         b.bind_ortvalue_input("X", to_ortvalue(x))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lint and formatting drift, failing on any finding: `ruff check` and `ruff format --check` over the Python files
-# (ruff.toml), `clang-format --dry-run --Werror` over csrc/ (.clang-format). A few seconds once the tools are there.
+# (ruff.toml), `mypy` over the onnx_pools package (pyproject.toml [tool.mypy]; numpy for its types),
+# `clang-format --dry-run --Werror` over csrc/ (.clang-format). A few seconds once the tools are there.
 #   bash scripts/lint.sh               # check (CI runs this first)
 #   bash scripts/lint.sh --fix         # rewrite instead: ruff format, ruff check --fix, clang-format -i
 #   bash scripts/lint.sh --fix --all   # also the files listed in PENDING below
@@ -10,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUFF_VERSION=0.17.5
+MYPY_VERSION=1.18.2
+NUMPY_VERSION=2.4.6
 CLANG_FORMAT_VERSION=23.1.3
 
 # Files left out of every check while changes in progress on them wait to be merged (format them with
@@ -31,9 +34,14 @@ PY=.venv/bin/python
 RUFF=.venv/bin/ruff
 CLANG_FORMAT=.venv/bin/clang-format
 version_of() { "$1" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1 || true; }
-if [ "$(version_of "$RUFF")" != "$RUFF_VERSION" ] || [ "$(version_of "$CLANG_FORMAT")" != "$CLANG_FORMAT_VERSION" ]; then
-  echo "lint: installing ruff==$RUFF_VERSION clang-format==$CLANG_FORMAT_VERSION into .venv"
-  "$PY" -m pip install -q "ruff==$RUFF_VERSION" "clang-format==$CLANG_FORMAT_VERSION"
+MYPY=.venv/bin/mypy
+numpy_version() { "$PY" -c 'import numpy; print(numpy.__version__)' 2>/dev/null || true; }
+if [ "$(version_of "$RUFF")" != "$RUFF_VERSION" ] || [ "$(version_of "$CLANG_FORMAT")" != "$CLANG_FORMAT_VERSION" ] ||
+   [ "$(version_of "$MYPY")" != "$MYPY_VERSION" ] || [ "$(numpy_version)" != "$NUMPY_VERSION" ]; then
+  echo "lint: installing ruff==$RUFF_VERSION clang-format==$CLANG_FORMAT_VERSION mypy==$MYPY_VERSION" \
+    "numpy==$NUMPY_VERSION into .venv"
+  "$PY" -m pip install -q "ruff==$RUFF_VERSION" "clang-format==$CLANG_FORMAT_VERSION" "mypy==$MYPY_VERSION" \
+    "numpy==$NUMPY_VERSION"
 fi
 
 # the repository's files (tracked and new, not ignored), less the pending ones unless --all
@@ -64,6 +72,8 @@ echo "== ruff check (${#py_files[@]} files)"
 "$RUFF" check --no-fix "${py_files[@]}" || failed+=("ruff check")
 echo "== ruff format --check"
 "$RUFF" format --check "${py_files[@]}" || failed+=("ruff format (run: bash scripts/lint.sh --fix)")
+echo "== mypy (pyproject.toml [tool.mypy])"
+"$MYPY" || failed+=("mypy")
 echo "== clang-format --dry-run --Werror (${#cxx_files[@]} files)"
 "$CLANG_FORMAT" --dry-run --Werror "${cxx_files[@]}" || failed+=("clang-format (run: bash scripts/lint.sh --fix)")
 if [ "$all" = 0 ] && [ "${#PENDING[@]}" -gt 0 ]; then

@@ -40,8 +40,8 @@ import numpy as np
 import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import ALL_DTYPES, make_model, make_session, run_session
-from test_properties import check_qlinear, qlinear_model
+from helpers import ALL_DTYPES, make_session, qlinear_model, run_session
+from helpers import assert_qlinear_matches as check_qlinear, pool_model as make_model
 
 checked = 0
 

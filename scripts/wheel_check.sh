@@ -131,7 +131,7 @@ EOF
 
 # ------------------------------------------------------------------------------------------------ 4. the test suite
 "$py" -m pip install -q --disable-pip-version-check "${wheel}[test]"
-# the command line from the installed wheel, away from any models/ or bench/ folder
+# the command line from the installed wheel, away from any models/ folder
 mkdir -p "$work/elsewhere"
 if (cd "$work/elsewhere" && "$work/venv/bin/onnx-pools" demo >"$work/demo.log" 2>&1) &&
    grep -q "^models: $work/venv/.*/onnx_pools/models" "$work/demo.log"; then
@@ -141,7 +141,7 @@ else
 fi
 if (cd "$work/elsewhere" && "$work/venv/bin/onnx-pools" bench --quick --small --cases "GlobalMaxPool f32 1x8" \
       --threads 1 >"$work/bench.log" 2>&1); then
-  say "onnx-pools bench (installed onnx_pools._bench): ok"
+  say "onnx-pools bench (the installed onnx_pools.bench): ok"
 else
   tail -20 "$work/bench.log"; problems+=("onnx-pools bench from the installed wheel")
 fi

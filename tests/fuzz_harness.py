@@ -18,10 +18,7 @@ import subprocess
 import sys
 import threading
 
-import onnx_pools
-from conftest import option
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+from helpers import option, subprocess_env
 
 # The worker: python -c WORKER CASE_FILE START, with tests/ on PYTHONPATH; runs cases[START:].
 WORKER = r"""
@@ -29,8 +26,7 @@ import base64, ctypes, json, os, pickle, sys
 import numpy as np
 import onnx_pools
 import onnxruntime
-from conftest import make_session
-from ort_values import to_ortvalue
+from helpers import make_session, to_ortvalue
 onnxruntime.set_default_logger_severity(4)
 NAMES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
          "tensor(bfloat16)": "bfloat16", "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(int32)": "int32"}
@@ -84,20 +80,13 @@ for i in range(start, len(cases)):
 """
 
 
-def _env():
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
 def _start_worker(case_file, start, workdir):
     """The worker's stderr goes to a file (a pipe nobody reads would fill and block it); see _stderr_tail."""
     err = open(os.path.join(workdir, f"stderr.{start}.{os.path.basename(case_file)}.txt"), "w")
     proc = subprocess.Popen(
         [sys.executable, "-c", WORKER, case_file, str(start)],
         cwd=workdir,
-        env=_env(),
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=err,
         text=True,

@@ -1,7 +1,5 @@
-"""`python -m onnx_pools` subcommands: demo, inspect, run, bench (smoke test only: no timing is asserted)."""
+"""`python -m onnx_pools` subcommands: demo, inspect, run (the bench subcommand: tests/test_bench.py)."""
 
-import json
-import os
 import platform
 import subprocess
 import sys
@@ -12,20 +10,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnx_pools
+from helpers import graph_model, subprocess_env
 from onnx_pools import cli
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "models"
-
-
-def _env():
-    env = dict(os.environ)
-    # the onnx_pools this process imported (installed package or a built checkout), never an unbuilt source tree
-    env["PYTHONPATH"] = (
-        os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))) + os.pathsep + env.get("PYTHONPATH", "")
-    )
-    return env
 
 
 def run_cli(capsys, *argv):
@@ -44,14 +33,8 @@ def _table_rows(out):
 
 @pytest.fixture
 def no_pool_model(tmp_path):
-    g = helper.make_graph(
-        [helper.make_node("Relu", ["X"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
+    relu = helper.make_node("Relu", ["X"], ["Y"])
+    m = graph_model([relu], [("X", TensorProto.FLOAT, [2, 3])], [("Y", TensorProto.FLOAT, [2, 3])], opsets={"": 18})
     p = tmp_path / "relu.onnx"
     onnx.save(m, str(p))
     return p
@@ -72,7 +55,7 @@ def test_demo_subprocess(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "onnx_pools", "demo", "--models", str(REPO / "models")],
         cwd=tmp_path,
-        env=_env(),
+        env=subprocess_env(),  # the onnx_pools under test, never an unbuilt source tree
         capture_output=True,
         text=True,
         timeout=600,
@@ -236,7 +219,7 @@ def test_errors_subprocess(tmp_path, no_pool_model):
         r = subprocess.run(
             [sys.executable, "-m", "onnx_pools", *argv],
             cwd=tmp_path,
-            env=_env(),
+            env=subprocess_env(),  # the onnx_pools under test, never an unbuilt source tree
             capture_output=True,
             text=True,
             timeout=120,
@@ -249,83 +232,3 @@ def test_errors_subprocess(tmp_path, no_pool_model):
 def test_no_subcommand(capsys):
     code, out, err = run_cli(capsys)
     assert code == 2 and "demo" in out and "inspect" in out
-
-
-# ------------------------------------------------------------------------------------------------ bench
-needs_bench = pytest.mark.skipif(cli.find_bench() is None, reason="bench/bench.py ships with the source checkout only")
-
-
-@needs_bench
-def test_bench_smoke(tmp_path, capsys):
-    """One tiny case, quick, with --baseline (another build timed in the same rounds; here the library against
-    itself, so the same bits); checks the table's shape and the JSON, never the timings."""
-    library = onnx_pools.get_library_path()
-    j = tmp_path / "b.json"
-    md = tmp_path / "b.md"
-    code, out, err = run_cli(
-        capsys,
-        "bench",
-        "--quick",
-        "--small",
-        "--cases",
-        "GlobalMaxPool f32 1x8",
-        "--threads",
-        "1",
-        "--json",
-        j,
-        "--markdown",
-        md,
-        "--baseline",
-        library,
-    )
-    assert code == 0, err
-    lines = [line for line in out.splitlines() if line.startswith("|")]
-    header, sep, *rows = lines
-    cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols[:6] == ["case", "ISA", "threads", "lib ms", "stock ms", "torch ms"]
-    isas = {onnx_pools.active_isa(), "portable"}  # every ISA the CPU runs: at least the chosen one and portable
-    assert len(rows) >= len(isas) and len(sep.strip("|").split("|")) == len(cols)
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert len(cells) == len(cols)
-    assert {r.strip("|").split("|")[1].strip() for r in rows} >= isas
-    assert cells[0] == "GlobalMaxPool f32 1x8x8x8" and cells[2] == "1"
-    assert cells[cols.index("lib kernel ran")] == "yes"
-    assert cols[-3:] == ["baseline ms", "speed-up vs baseline", "same bits as baseline"]
-    for row in rows:  # one row per case and ISA: the baseline is a column, not a row
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[-1] == "yes" and float(cells[-3]) > 0
-    assert "read-bandwidth ceiling at 1 thread(s)" in out
-    data = json.loads(j.read_text())
-    assert len(data["results"]) == len(rows)
-    for r in data["results"]:
-        assert r["lib_kernel_ok"] and r["lib_ms"] > 0 and r["max_diff_vs_stock"] == 0.0
-    assert md.read_text().strip() == out.strip()
-
-
-@needs_bench
-def test_bench_no_matching_case(capsys):
-    code, out, err = run_cli(capsys, "bench", "--cases", "NoSuchOp", "--quick")
-    assert code == 2 and "no case matches" in err
-
-
-@needs_bench
-def test_bench_scaling_rows(capsys):
-    """--scaling times only the library, 1 vs 2 threads, per ISA; checks the rows' shape, never the timings."""
-    code, out, err = run_cli(
-        capsys, "bench", "--scaling", "--small", "--cases", "LpPool 3x3 s1", "--isa", "portable",
-    )  # fmt: skip
-    assert code == 0, err
-    header, _, *rows = [line for line in out.splitlines() if line.startswith("|")]
-    cols = [c.strip() for c in header.strip("|").split("|")]
-    assert cols[:3] == ["case", "ISA", "threads"] and cols[-1] == "kernel ran"
-    assert len(rows) == 1
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[0].startswith("LpPool 3x3") and cells[1:3] == ["portable", "2"] and cells[-1] == "yes"
-    assert float(cells[cols.index("scaling")]) > 0
-
-
-@needs_bench
-def test_bench_baseline_missing(capsys):
-    """--baseline naming no file is a usage error (the columns themselves: test_bench_smoke)."""
-    code, _, err = run_cli(capsys, "bench", "--small", "--baseline", "/no/such/lib.so")
-    assert code == 2 and "no such file" in err

@@ -19,8 +19,19 @@ from onnx import TensorProto, helper
 import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import CASE_COUNTS, IR_VERSION, make_model, make_session, option, rng_for, run_session
-from test_properties import check_qlinear, qlinear_model
+from helpers import (
+    CASE_COUNTS,
+    assert_qlinear_matches,
+    counts_one_run,
+    graph_model,
+    make_session,
+    option,
+    pool_model,
+    qlinear_model,
+    qlinear_reference,
+    rng_for,
+    run_session,
+)
 
 THREADS = 8
 ITERS = option("concurrency_iters")
@@ -65,9 +76,8 @@ class Family:
         self.single = [[None] * INPUTS_PER_THREAD for _ in range(THREADS)]
         for t in range(THREADS):
             for i in range(INPUTS_PER_THREAD):
-                before = onnx_pools.call_counts()[self.op]
-                y = self.run(t, i)
-                assert onnx_pools.call_counts()[self.op] == before + 1, f"{self.name}: library kernel did not run"
+                with counts_one_run(self.op):
+                    y = self.run(t, i)
                 self.check(y, self.feeds[t][i], f"{self.name} single-threaded, thread input {t}/{i}")
                 self.single[t][i] = y
 
@@ -91,7 +101,7 @@ def _float_check(op, dtype, reference):
 
 def _float_family(name, op, opset, dtype, attrs, shape_fn, reference, threads):
     def build():
-        model = make_model(op, opset, dtype, ["N", "C"] + [f"D{i}" for i in range(len(shape_fn(0, 0)) - 2)], attrs)
+        model = pool_model(op, opset, dtype, ["N", "C"] + [f"D{i}" for i in range(len(shape_fn(0, 0)) - 2)], attrs)
         return make_session(model, threads=threads)
 
     def make_input(rng, t, i):
@@ -105,7 +115,6 @@ def _float_family(name, op, opset, dtype, attrs, shape_fn, reference, threads):
 
 def _qlinear_family(name, dtype, attrs, shape_fn, params, threads):
     xs, xz, ys, yz = params
-    cl = attrs.get("channels_last", 0)
 
     def build():
         rank = len(shape_fn(0, 0))
@@ -117,22 +126,8 @@ def _qlinear_family(name, dtype, attrs, shape_fn, params, threads):
         return {"X": rng.integers(lo, hi + 1, size=shape_fn(t, i)).astype(dtype)}
 
     def check(y, feeds, what):
-        k = attrs["kernel_shape"]
-        ref, pre = RQ.qlinear_average_pool(
-            feeds["X"],
-            xs,
-            xz,
-            ys,
-            yz,
-            k,
-            attrs.get("strides"),
-            attrs.get("pads"),
-            attrs.get("auto_pad", "NOTSET"),
-            attrs.get("ceil_mode", 0),
-            attrs.get("count_include_pad", 0),
-            cl,
-        )
-        check_qlinear(y, ref, pre, what)
+        ref, pre = qlinear_reference(feeds["X"], xs, xz, ys, yz, attrs)
+        assert_qlinear_matches(y, ref, pre, what)
 
     return Family(name, "QLinearAveragePool", build, make_input, None, check)
 
@@ -296,19 +291,13 @@ def test_all_families_at_once_from_8_threads():
 
 
 def _multi_op_model(ops_and_attrs, dtype="float32", opset=22):
-    T = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
+    """Pool nodes side by side on one input X [N, C, H, W]: outputs Y0, Y1..."""
+    elem = TensorProto.FLOAT if dtype == "float32" else TensorProto.FLOAT16
     nodes = [
         helper.make_node(op, ["X"], [f"Y{i}"], name=f"n{i}", **attrs) for i, (op, attrs) in enumerate(ops_and_attrs)
     ]
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", T, ["N", "C", "H", "W"])],
-        [helper.make_tensor_value_info(f"Y{i}", T, None) for i in range(len(nodes))],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = IR_VERSION
-    return m
+    outputs = [(f"Y{i}", elem, None) for i in range(len(nodes))]
+    return graph_model(nodes, [("X", elem, ["N", "C", "H", "W"])], outputs, opsets={"": opset})
 
 
 class Setup:
@@ -434,7 +423,7 @@ def _setups(library_copy):
         )
     )
     qmodel, _ = qlinear_model(np.uint8, ["N", "C", "H", "W"], {"kernel_shape": [2, 2], "ceil_mode": 1}, 0.1, 7, 0.13, 3)
-    so = onnx_pools.session_options(_options(threads=2), ops="all")
+    so = onnx_pools.session_options(_options(threads=2), ops="all", model=qmodel)
 
     def q_input(rng, t):
         return {"X": rng.integers(0, 256, size=[1, 9, 7 + t, 6]).astype(np.uint8)}
@@ -450,7 +439,7 @@ def _check_outputs(setup, ys, feeds, what):
     refs = setup.reference(feeds["X"])
     for y, ref in zip(ys, refs):
         if isinstance(ref, tuple):
-            check_qlinear(y, ref[0], ref[1], what)
+            assert_qlinear_matches(y, ref[0], ref[1], what)
         else:
             dtype = {np.dtype(np.float32): "float32", np.dtype(np.float16): "float16"}[y.dtype]
             R.assert_close(y, ref, dtype, R.input_scale(feeds["X"]), what)
@@ -514,7 +503,7 @@ def test_sessions_created_and_dropped_concurrently():
 
     def work(t):
         for i in range(per_thread):
-            so = onnx_pools.session_options(_options(), ops=selections[(t + i) % len(selections)])
+            so = onnx_pools.session_options(_options(), ops=selections[(t + i) % len(selections)], model=model)
             ys = _session(model, so).run(None, {"X": x})
             for y, ref in zip(ys, refs):
                 try:
@@ -541,7 +530,7 @@ def test_library_registered_twice_in_one_session_options():
     """Registering the library twice into the same SessionOptions either works (each pool node runs once, on the
     library) or fails cleanly when the session is created (ORT: the domain is already in the registry); either way
     the process carries on and a fresh registration works."""
-    model = make_model("GlobalAveragePool", 22, "float64", [2, 3, 4, 5])
+    model = pool_model("GlobalAveragePool", 22, "float64", [2, 3, 4, 5])
     x = R.to_dtype(rng_for("twice").standard_normal([2, 3, 4, 5]), "float64")
     so = onnx_pools.session_options(_options())
     try:
@@ -550,13 +539,11 @@ def test_library_registered_twice_in_one_session_options():
     except Exception as e:  # noqa: BLE001
         assert "already" in str(e) and "registry" in str(e), f"unexpected error: {e}"
     else:
-        before = onnx_pools.call_counts()["GlobalAveragePool"]
-        (y,) = sess.run(None, {"X": x})
-        assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1
+        with counts_one_run("GlobalAveragePool"):
+            (y,) = sess.run(None, {"X": x})
         R.assert_close(y, R.global_average_pool(x), "float64", R.input_scale(x))
     # the same options object again through the loader, and a fresh one: both must still give working sessions
     sess = make_session(model)
-    before = onnx_pools.call_counts()["GlobalAveragePool"]
-    (y,) = sess.run(None, {"X": x})
-    assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1
+    with counts_one_run("GlobalAveragePool"):
+        (y,) = sess.run(None, {"X": x})
     R.assert_close(y, R.global_average_pool(x), "float64", R.input_scale(x))

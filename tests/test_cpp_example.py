@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import onnx_pools
-from test_packaging import elf_dynamic
+from helpers import elf_dynamic
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "cpp"

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import CASE_COUNTS, expect_error, make_model
+from helpers import CASE_COUNTS, counts_one_run, expect_error, make_session, pool_model, run_session
 
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
 I64_MAX = 2**63 - 1
@@ -122,7 +122,7 @@ for id_, attrs, shape, what in [c for c in LP if c[0] in OPSET1_IDS]:
 @pytest.mark.parametrize("op,opset,attrs,shape,pattern", CASES)
 def test_bad_input_names_op_and_attribute(op, opset, attrs, shape, pattern, declared):
     x = np.ones(shape, dtype=np.float32)
-    model = make_model(op, opset, "float32", list(shape) if declared == "static" else None, attrs)
+    model = pool_model(op, opset, "float32", list(shape) if declared == "static" else None, attrs)
     expect_error(model.SerializeToString(), {"X": x}, pattern)
     CASE_COUNTS["error cases"] += 1
 
@@ -132,24 +132,20 @@ def test_errors_for_other_dtypes(dtype):
     import reference as R
 
     x = R.to_dtype(np.ones([1, 2, 4, 4]), dtype)
-    model = make_model("LpPool", 22, dtype, None, {"kernel_shape": [2, 2], "strides": [0, 1]})
+    model = pool_model("LpPool", 22, dtype, None, {"kernel_shape": [2, 2], "strides": [0, 1]})
     expect_error(model.SerializeToString(), {"X": x}, r"LpPool.*strides")
-    model = make_model("GlobalLpPool", 22, dtype, None, {"p": 0})
+    model = pool_model("GlobalLpPool", 22, dtype, None, {"p": 0})
     expect_error(model.SerializeToString(), {"X": x}, r"GlobalLpPool.*\bp\b")
     x2 = R.to_dtype(np.ones([2, 4]), dtype)
-    model = make_model("GlobalMaxPool", 22, dtype, None)
+    model = pool_model("GlobalMaxPool", 22, dtype, None)
     expect_error(model.SerializeToString(), {"X": x2}, r"GlobalMaxPool.*(input|\bX\b)")
 
 
 def test_session_survives_a_failed_run():
     """A shape error at run() must not poison the session: a good input runs afterwards."""
-    import onnx_pools
-    from conftest import make_session, run_session
-
-    sess = make_session(make_model("LpPool", 22, "float32", None, {"kernel_shape": [3, 3], "p": 1}))
+    sess = make_session(pool_model("LpPool", 22, "float32", None, {"kernel_shape": [3, 3], "p": 1}))
     with pytest.raises(Exception, match=r"LpPool.*kernel"):
         run_session(sess, {"X": np.ones([1, 1, 2, 2], np.float32)})
-    before = onnx_pools.call_counts()["LpPool"]
-    (y,) = run_session(sess, {"X": np.ones([1, 1, 3, 4], np.float32)})
-    assert onnx_pools.call_counts()["LpPool"] == before + 1
+    with counts_one_run("LpPool"):
+        (y,) = run_session(sess, {"X": np.ones([1, 1, 3, 4], np.float32)})
     np.testing.assert_allclose(y, np.full([1, 1, 1, 2], 9.0))

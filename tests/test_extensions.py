@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 import onnx_pools
 import reference as R
-from conftest import IR_VERSION, counts_one_run, rng_for
-from reference_qlinear import near_tie, qlinear_average_pool
+from helpers import assert_qlinear_matches, counts_one_run, graph_model, rng_for
+from reference_qlinear import qlinear_average_pool
 
 ext = pytest.importorskip(
     "onnxruntime_extensions", reason="onnxruntime-extensions is not installed (pip install '.[test]')"
@@ -56,16 +56,12 @@ def _session(model, order, how="session_options", ops=None, ours=True, extension
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _model(nodes, inputs, outputs, opset, domains):
-    g = helper.make_graph(nodes, "coexistence", inputs, outputs)
-    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
-    m = helper.make_model(g, opset_imports=imports)
-    m.ir_version = IR_VERSION
-    return m
+def _model(nodes, inputs, outputs, opset, domains, initializers=()):
+    return graph_model(nodes, inputs, outputs, initializers, {"": opset, **{d: 1 for d in domains}})
 
 
 def _vi(name, t=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, t, None)
+    return name, t, None
 
 
 # ------------------------------------------------------------------------------------------------ float pools
@@ -140,8 +136,7 @@ def test_ort_fusions_still_resolve(order):
         helper.make_node("NegPos", ["r"], ["n", "p"], domain=CONTRIB),
         helper.make_node("GlobalMaxPool", ["p"], ["Y"]),
     ]
-    model = _model(nodes, [_vi("X")], [_vi("Y")], 18, [CONTRIB])
-    model.graph.initializer.append(w)
+    model = _model(nodes, [_vi("X")], [_vi("Y")], 18, [CONTRIB], [w])
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     sess = _session(model, order, opt_level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
     (y,) = _sess_run_counted(sess, {"X": x}, "GlobalMaxPool")
@@ -172,15 +167,8 @@ def qlinear_model():
         ),
         helper.make_node("DequantizeLinear", ["QY", "ys", "yz"], ["Y"]),
     ]
-    m = _model(
-        nodes,
-        [_vi("X")],
-        [_vi("Y"), _vi("QY", TensorProto.UINT8), _vi("Q", TensorProto.UINT8)],
-        18,
-        [CONTRIB, "com.microsoft"],
-    )
-    m.graph.initializer.extend(inits)
-    return m
+    outputs = [_vi("Y"), _vi("QY", TensorProto.UINT8), _vi("Q", TensorProto.UINT8)]
+    return _model(nodes, [_vi("X")], outputs, 18, [CONTRIB, "com.microsoft"], inits)
 
 
 @pytest.mark.parametrize("ops", ["all", "model"])
@@ -190,7 +178,7 @@ def test_qlinear_average_pool_with_extensions(order, ops):
     served by this library, equal to stock ORT's kernel, and to the numpy reference (one step allowed at ties)."""
     model = qlinear_model()
     x = np.random.default_rng(11).uniform(-2, 4, (2, 4, 11, 11)).astype(np.float32)
-    so_kwargs = dict(ops="all") if ops == "all" else dict(model=model)
+    so_kwargs = dict(ops="all", model=model) if ops == "all" else dict(model=model)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if order == "extensions_first":
@@ -201,8 +189,7 @@ def test_qlinear_average_pool_with_extensions(order, ops):
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     y, qy, q = _sess_run_counted(sess, {"X": x}, "QLinearAveragePool")
     ref, pre = qlinear_average_pool(q, XS, np.uint8(XZ), YS, np.uint8(YZ), **Q_ATTRS)
-    diff = np.abs(qy.astype(np.int32) - ref.astype(np.int32))
-    assert diff.max() <= 1 and np.all(near_tie(pre)[diff > 0])
+    assert_qlinear_matches(qy, ref, pre, "QLinearAveragePool between QuantizeLinear and DequantizeLinear")
     np.testing.assert_array_equal(y, (qy.astype(np.float32) - YZ) * np.float32(YS))
     stock = _session(model, order, ours=False).run(None, {"X": x})
     np.testing.assert_array_equal(qy, stock[1])

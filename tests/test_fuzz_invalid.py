@@ -20,13 +20,21 @@ import threading
 
 import numpy as np
 import pytest
-from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from onnx import AttributeProto, TensorProto, helper
 
 import reference as R
 import reference_qlinear as RQ
-from conftest import ALL_DTYPES, CASE_COUNTS, IR_VERSION, ONNX_TYPES, option
 from fuzz_harness import SANITIZER_REPORTS, run_cases
-from test_properties import SUBNORMAL, check_qlinear
+from helpers import (
+    ALL_DTYPES,
+    CASE_COUNTS,
+    assert_close_with_subnormals,
+    assert_qlinear_matches,
+    option,
+    pool_model,
+    qlinear_model,
+    run_op,
+)
 
 pytestmark = pytest.mark.fuzz
 
@@ -43,53 +51,17 @@ SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
 # --------------------------------------------------------------------------- models
 
 
-def _set_attr(node, name, value):
-    if isinstance(value, AttributeProto):
-        value.name = name
-        node.attribute.append(value)
-    elif isinstance(value, (list, tuple)) and len(value) == 0:
-        node.attribute.append(helper.make_attribute(name, [], attr_type=AttributeProto.INTS))
-    else:
-        node.attribute.append(helper.make_attribute(name, value))
-
-
 def float_model(op, opset, dtype, declared, attrs, x_type=None):
-    node = helper.make_node(op, ["X"], ["Y"], name="node0")
-    for k, v in attrs.items():
-        _set_attr(node, k, v)
-    T = x_type if x_type is not None else ONNX_TYPES[dtype]
-    g = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("X", T, declared)], [helper.make_tensor_value_info("Y", T, None)]
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = IR_VERSION
-    return m.SerializeToString()
-
-
-QT = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+    return pool_model(op, opset, dtype, declared, attrs, x_type=x_type).SerializeToString()
 
 
 def qlinear_model_raw(dtype, declared, attrs, params, names, as_inputs, extra_inputs=0):
-    """params: {name: array}; names: the node's input list (may hold '' for absent); graph names are the keys."""
-    inputs = [helper.make_tensor_value_info("X", QT[np.dtype(dtype)], declared)]
-    inits, feeds = [], {}
-    for name, v in params.items():
-        if name not in names:
-            continue
-        if name in as_inputs:
-            T = TensorProto.FLOAT if v.dtype == np.float32 else QT[v.dtype]
-            inputs.append(helper.make_tensor_value_info(name, T, list(v.shape)))
-            feeds[name] = v
-        else:
-            inits.append(numpy_helper.from_array(v, name))
-    node_inputs = list(names) + ["X"] * extra_inputs
-    node = helper.make_node("QLinearAveragePool", node_inputs, ["Y"], name="node0", domain="com.microsoft")
-    for k, v in attrs.items():
-        _set_attr(node, k, v)
-    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", QT[np.dtype(dtype)], None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = IR_VERSION
-    return m.SerializeToString(), feeds
+    """params: {name: array} (xs, xz, ys, yz); names: the node's input list (may hold '' for absent)."""
+    model, feeds = qlinear_model(
+        dtype, declared, attrs, params.get("xs"), params.get("xz"), params.get("ys"), params.get("yz"),
+        as_inputs=as_inputs, node_inputs=list(names) + ["X"] * extra_inputs,
+    )  # fmt: skip
+    return model.SerializeToString(), feeds
 
 
 # --------------------------------------------------------------------------- geometry with python integers
@@ -658,13 +630,11 @@ def judge(case, rec):
     y = _decode(rec["outputs"][0])
     try:
         if kind == "qvalue":
-            check_qlinear(y, payload[0], payload[1], "")
+            assert_qlinear_matches(y, payload[0], payload[1], "")
         elif case["op"] == "GlobalMaxPool":
             np.testing.assert_array_equal(R.to_f64(y), R.to_f64(R.to_dtype(payload, case["dtype"])))
         else:
-            x = case["feeds"]["X"]
-            af = R.TOLERANCES[case["dtype"]][1]
-            R.assert_close(y, payload, case["dtype"], R.input_scale(x) + SUBNORMAL[case["dtype"]] / af)
+            assert_close_with_subnormals(y, payload, case["dtype"], case["feeds"]["X"], "")
     except (AssertionError, pytest.fail.Exception) as e:
         return f"wrong result: {str(e)[:600]}"
     return None
@@ -875,8 +845,6 @@ def test_huge_kernel_windows_finish(tmp_path):
 def test_small_fractional_p_accuracy(dtype, p):
     """LpPool/GlobalLpPool version 1 take any float p > 0. Windows of one element must give |x| whatever p is; the
     reference computes m * (sum (|x|/m)^p)^(1/p) in float64."""
-    from conftest import run_op
-
     x = R.to_dtype(np.random.default_rng(11).uniform(0.1, 10, (1, 3, 4, 5)), dtype)
     y, _ = run_op("LpPool", 1, dtype, x, {"kernel_shape": [1, 1], "p": p})
     R.assert_close(y, R.lp_pool(x, [1, 1], p=float(np.float32(p))), dtype, R.input_scale(x), f"LpPool-1 p={p}")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import reference as R
-from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
+from helpers import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_session, pool_model, rng_for, run_op, run_session
 
 OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
 GLOBAL_OPS = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
@@ -281,7 +281,7 @@ def test_global_1m_elements_float32_accuracy(big_inputs, op, p):
 @pytest.mark.parametrize("op", GLOBAL_OPS)
 def test_global_shape_inference_symbolic(op):
     for in_shape in (["N", 3, "H", "W"], ["N", "C", 5, 5], [2, 3, "L"], ["N", 4, 2, "D", 3]):
-        model = make_model(op, 22, "float32", in_shape)
+        model = pool_model(op, 22, "float32", in_shape)
         sess = make_session(model)
         out = sess.get_outputs()[0].shape
         assert len(out) == len(in_shape), out

@@ -13,9 +13,21 @@ import pytest
 
 import reference as R
 import reference_qlinear as RQ
-from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
-from ort_values import from_ortvalue, to_ortvalue
-from test_properties import assert_close_with_subnormals, check_qlinear, qlinear_model
+from helpers import (
+    ALL_DTYPES,
+    CASE_COUNTS,
+    assert_close_with_subnormals,
+    assert_qlinear_matches,
+    counts_one_run,
+    from_ortvalue,
+    make_session,
+    pool_model,
+    qlinear_model,
+    rng_for,
+    run_op,
+    run_session,
+    to_ortvalue,
+)
 
 GLOBAL = ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"]
 MAX = {
@@ -242,7 +254,7 @@ def test_misaligned_input_buffers(dtype):
         ("LpPool", {"kernel_shape": [3, 3], "strides": [2, 1], "p": 2}, R.lp_pool(x, [3, 3], [2, 1], p=2)),
     ]
     for op, attrs, ref in cases:
-        sess = make_session(make_model(op, 22, dtype, list(x.shape), attrs))
+        sess = make_session(pool_model(op, 22, dtype, list(x.shape), attrs))
         for offset in (1, 2, 3, 4, 8, 12):
             ov = to_ortvalue(_misaligned(x, offset))
             assert ov.data_ptr() % 64 == offset
@@ -268,7 +280,7 @@ def test_qlinear_misaligned_input_buffers():
             xm = _misaligned(x, offset)
             with counts_one_run("QLinearAveragePool"):
                 y = sess.run(None, {"X": xm})[0]
-            check_qlinear(y, ref, pre, f"QLinearAveragePool channels_last={cl} offset {offset}")
+            assert_qlinear_matches(y, ref, pre, f"QLinearAveragePool channels_last={cl} offset {offset}")
 
 
 # --------------------------------------------------------------------------- degenerate shapes
@@ -359,7 +371,7 @@ def test_qlinear_small_planes_with_pads_larger_than_the_input(dtype):
                 count_include_pad=cip,
                 ceil_mode=ceil_mode,
             )
-            check_qlinear(y, ref, pre, f"{dtype.__name__} shape={shape} {attrs}")
+            assert_qlinear_matches(y, ref, pre, f"{dtype.__name__} shape={shape} {attrs}")
         CASE_COUNTS["huge/odd: QLinearAveragePool pads larger than the input"] += 1
 
 
@@ -436,7 +448,7 @@ def test_huge_float16_global_pools():
     for op in GLOBAL:
         for threads in (1, 2):
             sess = make_session(
-                make_model(op, 22, "float16", list(x.shape), {"p": 2} if op == "GlobalLpPool" else {}), threads=threads
+                pool_model(op, 22, "float16", list(x.shape), {"p": 2} if op == "GlobalLpPool" else {}), threads=threads
             )
             t = time.perf_counter()
             with counts_one_run(op):
@@ -516,5 +528,5 @@ def test_huge_uint8_qlinear_average_pool():
                 f"QLinearAveragePool {np.dtype(dtype).name} {layout} {list(x.shape)}: {time.perf_counter() - t:.2f} s",
                 t0,
             )
-            check_qlinear(y, ref, pre, f"QLinearAveragePool {np.dtype(dtype).name} {layout} > 2^31 elements")
+            assert_qlinear_matches(y, ref, pre, f"QLinearAveragePool {np.dtype(dtype).name} {layout} > 2^31 elements")
             CASE_COUNTS["huge: > 2^31 elements"] += 1

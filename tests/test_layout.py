@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
+from helpers import call_count_moves, graph_model
 
 
 def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
@@ -23,16 +24,13 @@ def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node(head, ["r" if fed_by_conv else "X"], ["Y"]),
     ]
-    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8, 12, 12])]
-    outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)]
+    inputs = [("X", TensorProto.FLOAT, [2, 8, 12, 12])]
+    outputs = [("Y", TensorProto.FLOAT, None)]
     if extra_bf16_pool:  # a second node of the op that ORT cannot run: the library must keep the op
-        inputs.append(helper.make_tensor_value_info("B", TensorProto.BFLOAT16, [1, 2, 3, 3]))
-        outputs.append(helper.make_tensor_value_info("Z", TensorProto.BFLOAT16, None))
+        inputs.append(("B", TensorProto.BFLOAT16, [1, 2, 3, 3]))
+        outputs.append(("Z", TensorProto.BFLOAT16, None))
         nodes.append(helper.make_node(head, ["B"], ["Z"]))
-    graph = helper.make_graph(nodes, "g", inputs, outputs, [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-    model.ir_version = 10
-    return model.SerializeToString()
+    return graph_model(nodes, inputs, outputs, [w]).SerializeToString()
 
 
 def run(model, so, tmp_path):
@@ -43,9 +41,9 @@ def run(model, so, tmp_path):
     feeds = {"X": x}
     if len(sess.get_inputs()) > 1:
         return None, None, None
-    before = onnx_pools.call_counts()
-    (y,) = sess.run(None, feeds)
-    moved = {k: onnx_pools.call_counts()[k] - v for k, v in before.items()}
+    with call_count_moves() as counted:
+        (y,) = sess.run(None, feeds)
+    moved = {op: counted.get(op, 0) for op in onnx_pools.OPS}
     ops = {f"{n.domain}.{n.op_type}" for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
     return y, moved, ops
 
@@ -126,7 +124,7 @@ def producer(graph, tensor):
     "name,head", [("resnet_gap_f32.onnx", "GlobalAveragePool"), ("vgg_gmp_f32.onnx", "GlobalMaxPool")]
 )
 def test_bundled_benchmark_models_keep_ort_layout(name, head, tmp_path):
-    """The whole-model benchmark CNNs (bench/models.py): session_options(model=...) and plain registration give
+    """The whole-model benchmark CNNs (bench --whole-models): session_options(model=...) and plain registration give
     stock's optimised graph (the pool in the blocked layout, one ReorderOutput of the pooled output); a
     registration forced to take the pool (ort_layout=False, or the config entry onnx_pools.ort_layout=0) makes ORT
     put the ReorderOutput in front of it, where it converts the pool's whole input."""

@@ -2,9 +2,6 @@
 
 import os
 import platform
-import re
-import subprocess
-import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -13,10 +10,22 @@ from onnx import TensorProto, helper
 
 import onnx_pools
 import reference as R
-from conftest import IR_VERSION, make_session, run_op
+from helpers import (
+    ALL_DTYPES,
+    call_count_moves,
+    counts_one_run,
+    cpu_isas,
+    graph_model,
+    make_session,
+    pool_model,
+    random_lppool_case,
+    random_lppool_input,
+    rerun_on_isa,
+    rng_for,
+    run_op,
+    run_session,
+)
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_DIR = os.path.dirname(TESTS_DIR)
 ALL_OPS = {
     "GlobalAveragePool": "",
     "GlobalMaxPool": "",
@@ -57,10 +66,8 @@ def test_session_options_registers_into_given_object():
     out = onnx_pools.session_options(so)
     assert out is so
     x = R.to_dtype(np.random.default_rng(0).standard_normal([2, 3, 4, 5]), "float64")  # no ORT double kernel
-    from conftest import counts_one_run, make_model, run_session
-
     sess = ort.InferenceSession(
-        make_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5]).SerializeToString(),
+        pool_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5]).SerializeToString(),
         so,
         providers=["CPUExecutionProvider"],
     )
@@ -70,32 +77,22 @@ def test_session_options_registers_into_given_object():
 
 
 def _two_op_model(opset=13):
-    T = TensorProto.FLOAT
-    g = helper.make_graph(
-        [
-            helper.make_node("GlobalAveragePool", ["X"], ["A"], name="gap"),
-            helper.make_node("GlobalMaxPool", ["X"], ["M"], name="gmp"),
-        ],
-        "g",
-        [helper.make_tensor_value_info("X", T, [2, 3, 5, 6])],
-        [helper.make_tensor_value_info("A", T, None), helper.make_tensor_value_info("M", T, None)],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = IR_VERSION
-    return m
+    elem = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["X"], ["A"], name="gap"),
+        helper.make_node("GlobalMaxPool", ["X"], ["M"], name="gmp"),
+    ]
+    return graph_model(nodes, [("X", elem, [2, 3, 5, 6])], [("A", elem, None), ("M", elem, None)], opsets={"": opset})
 
 
 @pytest.mark.parametrize("opset", [13, 22])
 @pytest.mark.parametrize("selected", ["GlobalMaxPool", "GlobalAveragePool"])
 def test_ops_selection(selected, opset):
-    other = "GlobalAveragePool" if selected == "GlobalMaxPool" else "GlobalMaxPool"
     sess = make_session(_two_op_model(opset), ops=[selected])
     x = R.to_dtype(np.random.default_rng(1).standard_normal([2, 3, 5, 6]), "float32")
-    before = onnx_pools.call_counts()
-    a, m = sess.run(None, {"X": x})
-    after = onnx_pools.call_counts()
-    assert after[selected] == before[selected] + 1, "selected op did not run on the library"
-    assert after[other] == before[other], "unselected op ran on the library"
+    with call_count_moves() as moved:
+        a, m = sess.run(None, {"X": x})
+    assert moved == {selected: 1}, f"{selected} selected: library call counters moved by {moved}"
     R.assert_close(a, R.global_average_pool(x), "float32", R.input_scale(x))
     np.testing.assert_array_equal(m, R.global_max_pool(x).astype(np.float32))
 
@@ -103,11 +100,9 @@ def test_ops_selection(selected, opset):
 def test_ops_selection_all_by_default():
     sess = make_session(_two_op_model())
     x = R.to_dtype(np.random.default_rng(2).standard_normal([2, 3, 5, 6]), "float32")
-    before = onnx_pools.call_counts()
-    sess.run(None, {"X": x})
-    after = onnx_pools.call_counts()
-    assert after["GlobalMaxPool"] == before["GlobalMaxPool"] + 1
-    assert after["GlobalAveragePool"] == before["GlobalAveragePool"] + 1
+    with call_count_moves() as moved:
+        sess.run(None, {"X": x})
+    assert moved == {"GlobalMaxPool": 1, "GlobalAveragePool": 1}
 
 
 # --------------------------------------------------------------------------- element-type selection
@@ -115,16 +110,11 @@ def test_ops_selection_all_by_default():
 
 def _f16_relu_pool_model(fed_by_relu=True):
     """X(f16) -> [Relu ->] GlobalAveragePool: the pool fed by an ORT compute node, or by the graph input."""
-    T = TensorProto.FLOAT16
+    elem = TensorProto.FLOAT16
     nodes = [helper.make_node("GlobalAveragePool", ["R" if fed_by_relu else "X"], ["Y"], name="gap")]
     if fed_by_relu:
         nodes.insert(0, helper.make_node("Relu", ["X"], ["R"], name="relu"))
-    g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("X", T, [2, 8, 6, 5])], [helper.make_tensor_value_info("Y", T, None)]
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = IR_VERSION
-    return m
+    return graph_model(nodes, [("X", elem, [2, 8, 6, 5])], [("Y", elem, None)], opsets={"": 18})
 
 
 def _pool_input_type(so, model, tmp_path):
@@ -149,9 +139,8 @@ def test_float16_kernels_taken_only_where_they_help(fed_by_relu, tmp_path):
     sess, pool_input = _pool_input_type(onnx_pools.session_options(model=model), model, tmp_path)
     assert pool_input == (TensorProto.FLOAT if fed_by_relu else TensorProto.FLOAT16)
     x = R.to_dtype(np.random.default_rng(3).standard_normal([2, 8, 6, 5]), "float16")
-    before = onnx_pools.call_counts()["GlobalAveragePool"]
-    (y,) = sess.run(None, {"X": x})
-    assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1
+    with counts_one_run("GlobalAveragePool"):
+        (y,) = sess.run(None, {"X": x})
     xr = np.maximum(x, 0) if fed_by_relu else x
     R.assert_close(y, R.global_average_pool(xr), "float16", R.input_scale(xr))
 
@@ -172,21 +161,13 @@ def test_types_selection_unknown_name_is_a_clear_error():
 def test_types_selection_leaves_other_types_to_ort():
     """A double model with only float taken: ORT has no double kernel, so the session fails to load (as stock ORT
     does) rather than running the library's double kernel."""
-    T = TensorProto.DOUBLE
-    g = helper.make_graph(
-        [helper.make_node("GlobalMaxPool", ["X"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", T, [1, 2, 3, 3])],
-        [helper.make_tensor_value_info("Y", T, None)],
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = IR_VERSION
+    m = pool_model("GlobalMaxPool", 13, "float64", [1, 2, 3, 3])
     with pytest.raises(Exception, match="GlobalMaxPool"):
         ort.InferenceSession(
             m.SerializeToString(), onnx_pools.session_options(types=["float"]), providers=["CPUExecutionProvider"]
         )
     sess = ort.InferenceSession(
-        m.SerializeToString(), onnx_pools.session_options(types=["double"]), providers=["CPUExecutionProvider"]
+        m.SerializeToString(), onnx_pools.session_options(types=["float", "double"]), providers=["CPUExecutionProvider"]
     )
     x = np.random.default_rng(4).standard_normal([1, 2, 3, 3])
     np.testing.assert_array_equal(sess.run(None, {"X": x})[0], R.global_max_pool(x))
@@ -205,193 +186,185 @@ def test_reset_call_counts():
 def test_counts_every_run():
     x = R.to_dtype(np.ones([1, 2, 3, 3]), "float32")
     _, sess = run_op("LpPool", 22, "float32", x, {"kernel_shape": [2, 2]})
-    before = onnx_pools.call_counts()["LpPool"]
-    for _ in range(3):
-        sess.run(None, {"X": x})
-    assert onnx_pools.call_counts()["LpPool"] == before + 3
+    with counts_one_run("LpPool", 3):
+        for _ in range(3):
+            sess.run(None, {"X": x})
 
 
 # --------------------------------------------------------------------------- forced ISA (subprocess)
 
-ISA_SCRIPT = r"""
-import os, sys, traceback
-import numpy as np
-import onnx_pools
-import reference as R
-from conftest import ALL_DTYPES, rng_for, run_op
-from test_lppool import gen_case, random_x
 
-isa = os.environ["ONNX_POOLS_ISA"]
-assert onnx_pools.active_isa() == isa, f"active_isa() = {onnx_pools.active_isa()!r}, forced {isa!r}"
-n = 0
-failures = []
+def check_forced_isa():
+    """The global pools and LpPool on the ISA path of this process (rerun_on_isa runs this with each ISA forced):
+    every dtype, shapes around the vector widths, NaN / inf, 16-bit subnormals, long channels side by side, random
+    LpPool cases, float32 accuracy on 1M elements. Every check runs; the failures are reported together. Returns
+    the number of checks."""
+    isa = onnx_pools.active_isa()
+    n = 0
+    failures = []
 
+    def check(fn, what):
+        nonlocal n
+        n += 1
+        try:
+            fn()
+        except Exception as e:  # collect them all, report at the end
+            failures.append(f"{what}: {type(e).__name__}: {e}")
 
-def check(fn, what):
-    global n
-    n += 1
-    try:
-        fn()
-    except Exception as e:  # collect them all, report at the end
-        failures.append(f"{what}: {type(e).__name__}: {e}")
+    def exact_max(x, dtype):
+        y, _ = run_op("GlobalMaxPool", 22, dtype, x)
+        np.testing.assert_array_equal(R.to_f64(y), R.to_f64(R.to_dtype(R.global_max_pool(x), dtype)))
 
+    def close(op, opset, dtype, x, attrs, ref, scale):
+        y, _ = run_op(op, opset, dtype, x, attrs)
+        R.assert_close(y, ref, dtype, scale, f"{op}-{opset} {attrs}")
 
-def exact_max(x, dtype):
-    y, _ = run_op("GlobalMaxPool", 22, dtype, x)
-    np.testing.assert_array_equal(R.to_f64(y), R.to_f64(R.to_dtype(R.global_max_pool(x), dtype)))
+    for dtype in ALL_DTYPES:
+        rng = rng_for("isa", isa, dtype)
+        for shape in (
+            [2, 3, 5, 7],
+            [1, 2, 33],
+            [2, 3, 16, 16],
+            [1, 1, 3, 4, 5],
+            [3, 5, 1, 1],
+            [2, 17, 9, 11],
+            [1, 2, 127],
+            [1, 3, 2, 2, 2, 3],
+        ):
+            x = R.to_dtype(rng.standard_normal(shape) * 2 + 0.5, dtype)
+            sc = R.input_scale(x)
+            what = f"{dtype} {shape}"
+            check(lambda: close("GlobalAveragePool", 22, dtype, x, {}, R.global_average_pool(x), sc), "GAP " + what)
+            check(lambda: exact_max(x, dtype), "GMP " + what)
+            for p in (1, 2, 3):
+                check(
+                    lambda: close("GlobalLpPool", 22, dtype, x, {"p": p}, R.global_lp_pool(x, p), sc),
+                    f"GLP p={p} " + what,
+                )
+            check(
+                lambda: close("GlobalLpPool", 1, dtype, x, {"p": 1.5}, R.global_lp_pool(x, 1.5), sc),
+                "GLP-1 p=1.5 " + what,
+            )
+        # NaN at the last element of an odd-length channel, inf elsewhere
+        x = rng.standard_normal([2, 3, 33])
+        x[0, 1, 32] = np.nan
+        x[1, 2, 0] = np.inf
+        x = R.to_dtype(x, dtype)
+        for op, ref in (
+            ("GlobalMaxPool", R.global_max_pool(x)),
+            ("GlobalAveragePool", R.global_average_pool(x)),
+            ("GlobalLpPool", R.global_lp_pool(x, 2)),
+        ):
+            check(lambda: close(op, 22, dtype, x, {}, ref, 3.0), f"{op} NaN/inf {dtype}")
+        if dtype in ("float16", "bfloat16"):
+            # GlobalMaxPool of 16-bit floats compares integer keys of the bits: negative-only channels, subnormals,
+            # a +0 among -0 (IEEE maximum: +0), a negative NaN; 70 elements: the vector loop and a scalar tail
+            x = -np.abs(rng.standard_normal([1, 4, 70])) - 1e-3
+            x[0, 1, 10:20] = 1e-7 if dtype == "float16" else 1e-40
+            x[0, 2, :] = -0.0
+            x[0, 2, 35] = 0.0
+            x[0, 3, 40] = -np.nan
+            x = R.to_dtype(x, dtype)
 
+            def half_max():
+                y = R.to_f64(run_op("GlobalMaxPool", 22, dtype, x)[0])[0, :, 0]
+                ref = R.to_f64(R.global_max_pool(x))[0, :, 0]
+                assert np.array_equal(y[:2], ref[:2]), (y, ref)
+                assert y[2] == 0 and not np.signbit(y[2]), y[2]
+                assert np.isnan(y[3]), y[3]
 
-def close(op, opset, dtype, x, attrs, ref, scale):
-    y, _ = run_op(op, opset, dtype, x, attrs)
-    R.assert_close(y, ref, dtype, scale, f"{op}-{opset} {attrs}")
+            check(half_max, f"GlobalMaxPool {dtype} signs, subnormals, negative NaN")
 
+            # Sums convert 16-bit floats in registers, and without F16C only zeros and normal halves that way: a block
+            # holding a subnormal, inf or NaN is redone through the block conversion. Channels of 2500 (a clean 1024
+            # block, a block with the odd value, a tail): multiples of 2^-24 (the smallest float16 subnormal) that
+            # every float sum adds exactly, so GlobalAveragePool's sum and GlobalLpPool p=1 must equal the float64 ones.
+            tiny = 2.0**-24 if dtype == "float16" else 2.0**-133  # the smallest subnormal of each
+            x = rng.integers(-64, 65, [1, 6, 2500]).astype(np.float64) * 2.0**-10
+            x[0, 0, :] = 0.0  # zeros only, both signs
+            x[0, 0, ::3] = -0.0
+            x[0, 1, 1500] = 5 * tiny  # one subnormal in the second block
+            x[0, 2, 1030:1040] = -tiny  # several, negative
+            x[0, 3, 2000] = np.inf
+            x[0, 4, 1100] = np.nan
+            x[0, 5, 2400:] = tiny  # subnormals in the tail only
+            x = R.to_dtype(x, dtype)
 
-for dtype in ALL_DTYPES:
-    rng = rng_for("isa", isa, dtype)
-    for shape in ([2, 3, 5, 7], [1, 2, 33], [2, 3, 16, 16], [1, 1, 3, 4, 5], [3, 5, 1, 1], [2, 17, 9, 11],
-                  [1, 2, 127], [1, 3, 2, 2, 2, 3]):
-        x = R.to_dtype(rng.standard_normal(shape) * 2 + 0.5, dtype)
-        sc = R.input_scale(x)
-        what = f"{dtype} {shape}"
-        check(lambda: close("GlobalAveragePool", 22, dtype, x, {}, R.global_average_pool(x), sc), "GAP " + what)
-        check(lambda: exact_max(x, dtype), "GMP " + what)
-        for p in (1, 2, 3):
-            check(lambda: close("GlobalLpPool", 22, dtype, x, {"p": p}, R.global_lp_pool(x, p), sc),
-                  f"GLP p={p} " + what)
-        check(lambda: close("GlobalLpPool", 1, dtype, x, {"p": 1.5}, R.global_lp_pool(x, 1.5), sc),
-              "GLP-1 p=1.5 " + what)
-    # NaN at the last element of an odd-length channel, inf elsewhere
-    x = rng.standard_normal([2, 3, 33])
-    x[0, 1, 32] = np.nan
-    x[1, 2, 0] = np.inf
-    x = R.to_dtype(x, dtype)
-    for op, ref in (("GlobalMaxPool", R.global_max_pool(x)), ("GlobalAveragePool", R.global_average_pool(x)),
-                    ("GlobalLpPool", R.global_lp_pool(x, 2))):
-        check(lambda: close(op, 22, dtype, x, {}, ref, 3.0), f"{op} NaN/inf {dtype}")
-    if dtype in ("float16", "bfloat16"):
-        # GlobalMaxPool of 16-bit floats compares integer keys of the bits: negative-only channels, subnormals,
-        # a +0 among -0 (IEEE maximum: +0), a negative NaN; 70 elements: the vector loop and a scalar tail
-        x = -np.abs(rng.standard_normal([1, 4, 70])) - 1e-3
-        x[0, 1, 10:20] = 1e-7 if dtype == "float16" else 1e-40
-        x[0, 2, :] = -0.0
-        x[0, 2, 35] = 0.0
-        x[0, 3, 40] = -np.nan
+            def half_sums():
+                xd = R.to_f64(x)
+                y = R.to_f64(run_op("GlobalAveragePool", 22, dtype, x)[0])[0, :, 0]
+                ref = R.to_f64(R.to_dtype(xd.sum(axis=-1) / 2500, dtype))[0]
+                assert np.array_equal(y, ref, equal_nan=True), (y, ref)
+                y1 = R.to_f64(run_op("GlobalLpPool", 22, dtype, x, {"p": 1})[0])[0, :, 0]
+                ref1 = R.to_f64(R.to_dtype(np.abs(xd).sum(axis=-1), dtype))[0]
+                assert np.array_equal(y1, ref1, equal_nan=True), (y1, ref1)
+
+            check(
+                half_sums, f"GlobalAveragePool/GlobalLpPool {dtype}: zeros, subnormals, inf, NaN in 1024-element blocks"
+            )
+        # Long channels are pooled side by side (kStreamsOf: 4 on AVX2 / AVX-512 and for max, 3 for 16-bit floats and Lp
+        # on AVX2, 2 on SSE2 / NEON): each channel must come out with the bits it has when pooled alone (the one-channel
+        # path), and a channel the side-by-side sums leave to that path (a NaN, a float-lane overflow, an Lp sum of tiny
+        # values, a float16 subnormal) must not disturb the others. 11 channels (groups and a rest), 2070 elements (two
+        # 1024 blocks and a short tail).
+        x = rng.standard_normal([1, 11, 2070]) * 3
+        x[0, 1, 700] = np.nan
+        x[0, 2, :] = 3e38 if dtype in ("float32", "bfloat16") else (6e4 if dtype == "float16" else 1e308)
+        x[0, 2, ::2] *= -0.5
+        x[0, 5, :] *= 1e-30 if dtype != "float16" else 1e-3  # float16: Lp sums in float lanes, no tiny case
+        x[0, 6, 1500] = 1e-7 if dtype == "float16" else 1e-40
+        x[0, 9, :] = -np.abs(x[0, 9, :])
         x = R.to_dtype(x, dtype)
 
-        def half_max():
-            y = R.to_f64(run_op("GlobalMaxPool", 22, dtype, x)[0])[0, :, 0]
-            ref = R.to_f64(R.global_max_pool(x))[0, :, 0]
-            assert np.array_equal(y[:2], ref[:2]), (y, ref)
-            assert y[2] == 0 and not np.signbit(y[2]), y[2]
-            assert np.isnan(y[3]), y[3]
+        def streamed_as_alone():
+            for op, attrs, ref in (
+                ("GlobalAveragePool", {}, R.global_average_pool(x)),
+                ("GlobalMaxPool", {}, R.global_max_pool(x)),
+                ("GlobalLpPool", {"p": 2}, R.global_lp_pool(x, 2)),
+                ("GlobalLpPool", {"p": 3}, R.global_lp_pool(x, 3)),
+            ):
+                y, _ = run_op(op, 22, dtype, x, attrs)
+                for c in range(x.shape[1]):
+                    alone, _ = run_op(op, 22, dtype, x[:, c : c + 1].copy(), attrs)
+                    assert R.to_f64(y[:, c]).tobytes() == R.to_f64(alone[:, 0]).tobytes(), (op, c, y[:, c], alone)
+                for c in range(x.shape[1]):
+                    R.assert_close(y[:, c], ref[:, c], dtype, R.input_scale(x[:, c]), f"{op} {attrs} channel {c}")
 
-        check(half_max, f"GlobalMaxPool {dtype} signs, subnormals, negative NaN")
+        check(streamed_as_alone, f"global pools {dtype}: long channels side by side = each alone")
+        for opset in (1, 11, 18, 22):
+            for _ in range(6):
+                attrs, ref_kwargs, shape = random_lppool_case(rng, opset)
+                x = random_lppool_input(rng, shape, dtype)
+                check(
+                    lambda: close("LpPool", opset, dtype, x, attrs, R.lp_pool(x, **ref_kwargs), R.input_scale(x)),
+                    f"LpPool-{opset} {dtype} shape={shape}",
+                )
+    # float32 accuracy on 1M elements per channel
+    rng = np.random.default_rng(5)
+    for name, x in (
+        ("uniform(1,2)", rng.uniform(1, 2, (1, 2, 1000, 1000))),
+        ("constant 0.1", np.full((1, 2, 1000, 1000), 0.1)),
+    ):
+        x = x.astype(np.float32)
+        for op, p, ref in (
+            ("GlobalAveragePool", None, R.global_average_pool(x)),
+            ("GlobalLpPool", 1, R.global_lp_pool(x, 1)),
+            ("GlobalLpPool", 2, R.global_lp_pool(x, 2)),
+        ):
 
-        # Sums convert 16-bit floats in registers, and without F16C only zeros and normal halves that way: a block
-        # holding a subnormal, inf or NaN is redone through the block conversion. Channels of 2500 (a clean 1024
-        # block, a block with the odd value, a tail): multiples of 2^-24 (the smallest float16 subnormal) that
-        # every float sum adds exactly, so GlobalAveragePool's sum and GlobalLpPool p=1 must equal the float64 ones.
-        tiny = 2.0**-24 if dtype == "float16" else 2.0**-133  # the smallest subnormal of each
-        x = rng.integers(-64, 65, [1, 6, 2500]).astype(np.float64) * 2.0**-10
-        x[0, 0, :] = 0.0  # zeros only, both signs
-        x[0, 0, ::3] = -0.0
-        x[0, 1, 1500] = 5 * tiny  # one subnormal in the second block
-        x[0, 2, 1030:1040] = -tiny  # several, negative
-        x[0, 3, 2000] = np.inf
-        x[0, 4, 1100] = np.nan
-        x[0, 5, 2400:] = tiny  # subnormals in the tail only
-        x = R.to_dtype(x, dtype)
+            def acc():
+                y, _ = run_op(op, 22, "float32", x, {"p": p} if p else {})
+                err = float(np.max(np.abs(y - ref) / np.abs(ref)))
+                assert err <= 1e-5, f"relative error {err:.3g} > 1e-5"
 
-        def half_sums():
-            xd = R.to_f64(x)
-            y = R.to_f64(run_op("GlobalAveragePool", 22, dtype, x)[0])[0, :, 0]
-            ref = R.to_f64(R.to_dtype(xd.sum(axis=-1) / 2500, dtype))[0]
-            assert np.array_equal(y, ref, equal_nan=True), (y, ref)
-            y1 = R.to_f64(run_op("GlobalLpPool", 22, dtype, x, {"p": 1})[0])[0, :, 0]
-            ref1 = R.to_f64(R.to_dtype(np.abs(xd).sum(axis=-1), dtype))[0]
-            assert np.array_equal(y1, ref1, equal_nan=True), (y1, ref1)
-
-        check(half_sums, f"GlobalAveragePool/GlobalLpPool {dtype}: zeros, subnormals, inf, NaN in 1024-element blocks")
-    # Long channels are pooled side by side (kStreamsOf: 4 on AVX2 / AVX-512 and for max, 3 for 16-bit floats and Lp
-    # on AVX2, 2 on SSE2 / NEON): each channel must come out with the bits it has when pooled alone (the one-channel
-    # path), and a channel the side-by-side sums leave to that path (a NaN, a float-lane overflow, an Lp sum of tiny
-    # values, a float16 subnormal) must not disturb the others. 11 channels (groups and a rest), 2070 elements (two
-    # 1024 blocks and a short tail).
-    x = rng.standard_normal([1, 11, 2070]) * 3
-    x[0, 1, 700] = np.nan
-    x[0, 2, :] = 3e38 if dtype in ("float32", "bfloat16") else (6e4 if dtype == "float16" else 1e308)
-    x[0, 2, ::2] *= -0.5
-    x[0, 5, :] *= 1e-30 if dtype != "float16" else 1e-3  # float16: Lp sums in float lanes, no tiny case
-    x[0, 6, 1500] = 1e-7 if dtype == "float16" else 1e-40
-    x[0, 9, :] = -np.abs(x[0, 9, :])
-    x = R.to_dtype(x, dtype)
-
-    def streamed_as_alone():
-        for op, attrs, ref in (("GlobalAveragePool", {}, R.global_average_pool(x)),
-                               ("GlobalMaxPool", {}, R.global_max_pool(x)),
-                               ("GlobalLpPool", {"p": 2}, R.global_lp_pool(x, 2)),
-                               ("GlobalLpPool", {"p": 3}, R.global_lp_pool(x, 3))):
-            y, _ = run_op(op, 22, dtype, x, attrs)
-            for c in range(x.shape[1]):
-                alone, _ = run_op(op, 22, dtype, x[:, c : c + 1].copy(), attrs)
-                assert R.to_f64(y[:, c]).tobytes() == R.to_f64(alone[:, 0]).tobytes(), (op, c, y[:, c], alone)
-            for c in range(x.shape[1]):
-                R.assert_close(y[:, c], ref[:, c], dtype, R.input_scale(x[:, c]), f"{op} {attrs} channel {c}")
-
-    check(streamed_as_alone, f"global pools {dtype}: long channels side by side = each alone")
-    for opset in (1, 11, 18, 22):
-        for i in range(6):
-            attrs, ref_kwargs, shape = gen_case(rng, opset)
-            x = random_x(rng, shape, dtype)
-            check(lambda: close("LpPool", opset, dtype, x, attrs, R.lp_pool(x, **ref_kwargs), R.input_scale(x)),
-                  f"LpPool-{opset} {dtype} shape={shape}")
-# float32 accuracy on 1M elements per channel
-rng = np.random.default_rng(5)
-for name, x in (("uniform(1,2)", rng.uniform(1, 2, (1, 2, 1000, 1000))),
-                ("constant 0.1", np.full((1, 2, 1000, 1000), 0.1))):
-    x = x.astype(np.float32)
-    for op, p, ref in (("GlobalAveragePool", None, R.global_average_pool(x)),
-                       ("GlobalLpPool", 1, R.global_lp_pool(x, 1)), ("GlobalLpPool", 2, R.global_lp_pool(x, 2))):
-        def acc():
-            y, _ = run_op(op, 22, "float32", x, {"p": p} if p else {})
-            err = float(np.max(np.abs(y - ref) / np.abs(ref)))
-            assert err <= 1e-5, f"relative error {err:.3g} > 1e-5"
-        check(acc, f"{op} p={p} 1M float32 {name}")
-if failures:
-    print(f"{len(failures)} of {n} checks failed:")
-    print("\n".join(failures[:40]))
-    sys.exit(1)
-print("ISA-CHECK-OK", isa, n)
-"""
+            check(acc, f"{op} p={p} 1M float32 {name}")
+    assert not failures, f"{len(failures)} of {n} checks failed:\n" + "\n".join(failures[:40])
+    return n
 
 
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-@pytest.mark.parametrize("isa", ["portable", "avx2"])
+@pytest.mark.parametrize("isa", cpu_isas())
 def test_forced_isa_subprocess(isa):
-    if isa == "avx2" and (platform.machine() != "x86_64" or not {"avx2", "fma", "f16c"} <= _cpu_flags()):
-        pytest.skip("CPU without AVX2/FMA/F16C")  # (under qemu-user /proc/cpuinfo is the x86 host's)
-    env = dict(os.environ)
-    env["ONNX_POOLS_ISA"] = isa
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__))), TESTS_DIR]
-        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", ISA_SCRIPT], cwd=TESTS_DIR, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert r.returncode == 0, f"forced ISA {isa} failed:\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
-    m = re.search(r"ISA-CHECK-OK (\w+) (\d+)", r.stdout)
-    assert m and m.group(1) == isa and int(m.group(2)) > 250, r.stdout
+    assert int(rerun_on_isa(isa, "test_loader", "check_forced_isa")) > 250
 
 
 def test_model_argument_read_without_onnx_and_bad_bytes_are_a_clear_error():

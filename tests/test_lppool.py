@@ -5,77 +5,22 @@ import numpy as np
 import pytest
 
 import reference as R
-from conftest import ALL_DTYPES, CASE_COUNTS, counts_one_run, make_model, make_session, rng_for, run_op, run_session
+from helpers import (
+    ALL_DTYPES,
+    CASE_COUNTS,
+    counts_one_run,
+    make_session,
+    pool_model,
+    random_lppool_case,
+    random_lppool_input,
+    rng_for,
+    run_op,
+    run_session,
+)
 
 OPSETS = [1, 2, 11, 18, 22]
 N_RANDOM = 14  # random cases per (opset, dtype)
 N_STOCK = 30  # stock-ORT comparison cases per opset
-
-
-def gen_case(rng, opset, stock_safe=False):
-    """Random LpPool attributes + input shape. Returns (attrs, ref_kwargs, in_shape).
-
-    stock_safe restricts to what stock ORT does per spec: explicit pads < kernel, SAME only without
-    dilation and with a non-negative raw total padding, dilations/ceil_mode only from opset 18."""
-    nsp = int(rng.choice([1, 2, 3], p=[0.35, 0.45, 0.2]))
-    kmax = 4 if nsp < 3 else 3
-    k = [int(rng.integers(1, kmax + 1)) for _ in range(nsp)]
-    s = [int(rng.integers(1, 5)) for _ in range(nsp)]
-    dil_ok = (opset >= 18) or not stock_safe
-    use_dil = dil_ok and rng.random() < 0.4
-    d = [int(rng.integers(1, 4)) for _ in range(nsp)] if use_dil else [1] * nsp
-    auto_pad = str(rng.choice(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"], p=[0.55, 0.15, 0.15, 0.15]))
-    if stock_safe and auto_pad.startswith("SAME") and use_dil:
-        auto_pad = "NOTSET"
-    ceil_mode = int(rng.random() < 0.4) if dil_ok else 0
-    eff = [(k[i] - 1) * d[i] + 1 for i in range(nsp)]
-    pads = None
-    if auto_pad == "NOTSET" and rng.random() < 0.75:
-        if stock_safe:
-            pads = [int(rng.integers(0, k[i % nsp])) for i in range(2 * nsp)]
-        else:
-            # mostly < effective kernel, sometimes larger (a window may be all padding)
-            pads = [int(rng.integers(0, eff[i % nsp] + (2 if rng.random() < 0.15 else 0))) for i in range(2 * nsp)]
-    pb = pads[:nsp] if pads else [0] * nsp
-    pe = pads[nsp:] if pads else [0] * nsp
-    padded_min = [max(1, eff[i] - pb[i] - pe[i]) if auto_pad in ("NOTSET", "VALID") else 1 for i in range(nsp)]
-    if auto_pad == "VALID":
-        padded_min = [eff[i] for i in range(nsp)]
-    size_max = 9 if nsp == 3 else 14
-    ins = [int(rng.integers(padded_min[i], max(padded_min[i], size_max) + 1)) for i in range(nsp)]
-    if stock_safe and auto_pad.startswith("SAME"):
-        for i in range(nsp):  # stock ORT lets the total go negative; keep it >= 0
-            while (-(-ins[i] // s[i]) - 1) * s[i] + eff[i] - ins[i] < 0:
-                ins[i] += 1
-    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-
-    if opset == 1:
-        p = float(rng.choice([1.0, 2.0, 3.0, 1.5, 0.5, 4.0, 9.0]))
-    else:
-        p = int(rng.choice([1, 2, 3, 4, 9]))
-    attrs = {"kernel_shape": k}
-    omit_p = rng.random() < 0.15
-    if omit_p:
-        p = 2.0 if opset == 1 else 2
-    else:
-        attrs["p"] = p
-    if rng.random() < 0.8 or s != [1] * nsp:
-        attrs["strides"] = s
-    if pads is not None:
-        attrs["pads"] = pads
-    if auto_pad != "NOTSET" or rng.random() < 0.3:
-        attrs["auto_pad"] = auto_pad
-    if use_dil or (dil_ok and rng.random() < 0.2):
-        attrs["dilations"] = d
-    if ceil_mode or (dil_ok and rng.random() < 0.2):
-        attrs["ceil_mode"] = ceil_mode
-    ref_kwargs = dict(kernel_shape=k, strides=s, pads=pads, dilations=d, auto_pad=auto_pad, ceil_mode=ceil_mode, p=p)
-    return attrs, ref_kwargs, [n, c] + ins
-
-
-def random_x(rng, shape, dtype):
-    x = rng.standard_normal(shape) * float(rng.choice([1.0, 3.0, 0.25]))
-    return R.to_dtype(x, dtype)
 
 
 def run_and_check(opset, dtype, x, attrs, ref_kwargs, what):
@@ -91,8 +36,8 @@ def run_and_check(opset, dtype, x, attrs, ref_kwargs, what):
 def test_lppool_random(opset, dtype):
     rng = rng_for("lppool random", opset, dtype)
     for i in range(N_RANDOM):
-        attrs, ref_kwargs, shape = gen_case(rng, opset)
-        x = random_x(rng, shape, dtype)
+        attrs, ref_kwargs, shape = random_lppool_case(rng, opset)
+        x = random_lppool_input(rng, shape, dtype)
         run_and_check(opset, dtype, x, attrs, ref_kwargs, f"LpPool-{opset} {dtype} case {i}")
         CASE_COUNTS["LpPool: randomized vs reference"] += 1
 
@@ -102,9 +47,9 @@ def test_lppool_random_vs_stock_ort(opset):
     """float32: library == reference == stock ORT on cases where stock follows the spec."""
     rng = rng_for("lppool stock", opset)
     for i in range(N_STOCK):
-        attrs, ref_kwargs, shape = gen_case(rng, opset, stock_safe=True)
-        x = random_x(rng, shape, "float32")
-        model = make_model("LpPool", opset, "float32", shape, attrs)
+        attrs, ref_kwargs, shape = random_lppool_case(rng, opset, stock_safe=True)
+        x = random_lppool_input(rng, shape, "float32")
+        model = pool_model("LpPool", opset, "float32", shape, attrs)
         stock = make_session(model, library=False).run(None, {"X": x})[0]
         ref = R.lp_pool(x, **ref_kwargs)
         what = f"LpPool-{opset} case {i} attrs={attrs} shape={shape}"
@@ -199,7 +144,7 @@ def test_lppool_2d_hand_checked():
 @pytest.mark.parametrize("opset", [1, 2, 11])
 def test_lppool_old_opsets_accept_dilations_and_ceil_mode(opset, dtype):
     rng = rng_for("old opset dil/ceil", opset, dtype)
-    x = random_x(rng, [2, 3, 9, 10], dtype)
+    x = random_lppool_input(rng, [2, 3, 9, 10], dtype)
     p = 3.0 if opset == 1 else 3
     for extra in (
         dict(dilations=[2, 1]),
@@ -304,7 +249,7 @@ def test_lppool_large_p_and_two_threads():
 
 def test_lppool_shape_inference_symbolic():
     attrs = dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], p=2)
-    sess = make_session(make_model("LpPool", 22, "float32", ["N", 3, "H", 9], attrs))
+    sess = make_session(pool_model("LpPool", 22, "float32", ["N", 3, "H", 9], attrs))
     out = sess.get_outputs()[0].shape
     assert (
         len(out) == 4

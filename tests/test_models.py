@@ -16,8 +16,16 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnx_pools
-from conftest import make_session
-from onnx_pools import cli
+from helpers import (
+    call_count_moves,
+    elem_name,
+    make_session,
+    np_dtype,
+    pooling_nodes,
+    random_inputs,
+    run_session,
+    value_types,
+)
 from reference import BF16, global_average_pool, global_lp_pool, global_max_pool, input_scale, lp_pool, to_f64
 from reference_qlinear import near_tie, qlinear_average_pool
 
@@ -36,7 +44,7 @@ EXPECTED_OP = {
     "cnn_lppool1d_": "LpPool",
     "globallppool_": "GlobalLpPool",
     "avgpool_qop_": "QLinearAveragePool",
-    # the whole-model benchmark set (bench/models.py)
+    # the whole-model benchmark set (bench --whole-models)
     "resnet_gap_": "GlobalAveragePool",
     "vgg_gmp_": "GlobalMaxPool",
     "lpnet_lppool_": "LpPool",
@@ -77,7 +85,7 @@ def test_whole_model_structure(name):
     """The benchmark models have their pooling nodes and a symbolic batch (test_model_runs_with_library checks the
     pooled sizes)."""
     model = onnx.load(str(MODELS_DIR / name))
-    ops = [n.op_type for n, _ in cli.pooling_nodes(model)]
+    ops = [n.op_type for n, _ in pooling_nodes(model)]
     assert {op: ops.count(op) for op in set(ops)} == WHOLE_MODELS[name]
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
 
@@ -89,28 +97,28 @@ def _attrs(node):
 @pytest.mark.parametrize("path", MODEL_FILES, ids=IDS)
 def test_model_contains_intended_pooling_op(path):
     model = onnx.load(str(path))
-    ops = [n.op_type for n, _ in cli.pooling_nodes(model)]
+    ops = [n.op_type for n, _ in pooling_nodes(model)]
     for prefix, op in EXPECTED_OP.items():
         if path.name.startswith(prefix):
             assert op in ops, f"{path.name}: no {op} node (nodes: {[n.op_type for n in model.graph.node]})"
     if path.name.startswith("globallppool_opset22"):
-        assert cli._opsets(model)[""] == 22
+        assert {o.domain: o.version for o in model.opset_import}[""] == 22
     if path.name.startswith("cnn_"):  # the torch exports must not have decomposed the pooling op
         assert not {"MaxPool", "AveragePool", "Pow"} & {n.op_type for n in model.graph.node}
         t = path.stem.rsplit("_", 1)[1]
-        vis = cli.value_types(model)
-        ((node, _),) = cli.pooling_nodes(model)
+        vis = value_types(model)
+        ((node, _),) = pooling_nodes(model)
         want = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double"}[t]
-        assert cli.elem_name(vis.get(node.input[0])) == want
+        assert elem_name(vis.get(node.input[0])) == want
 
 
 def _exposed(model):
     """model + every pooling node's X input and first output as extra graph outputs."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    vis = cli.value_types(model)
+    vis = value_types(model)
     have = {o.name for o in m.graph.output}
-    nodes = [n for n, _ in cli.pooling_nodes(model)]
+    nodes = [n for n, _ in pooling_nodes(model)]
     for n in nodes:
         x_type = vis[n.input[0]].type.tensor_type.elem_type
         for name in (n.input[0], n.output[0]):
@@ -191,13 +199,11 @@ def test_model_runs_with_library(path, threads):
     model = onnx.load(str(path))
     exposed, nodes = _exposed(model)
     sess = make_session(exposed.SerializeToString(), threads=threads)
-    feeds = cli.random_inputs(sess, np.random.default_rng(1))
-    before = onnx_pools.call_counts()
-    outs = dict(zip([o.name for o in sess.get_outputs()], cli.run_session(sess, feeds)))
-    after = onnx_pools.call_counts()
-    for op in {n.op_type for n in nodes}:
-        want = sum(n.op_type == op for n in nodes)
-        assert after[op] - before[op] == want, f"{path.name}: {op} counter moved by {after[op] - before[op]}"
+    feeds = random_inputs(sess, np.random.default_rng(1))
+    with call_count_moves() as moved:
+        outs = dict(zip([o.name for o in sess.get_outputs()], run_session(sess, feeds)))
+    want = {op: sum(n.op_type == op for n in nodes) for op in {n.op_type for n in nodes}}
+    assert moved == want, f"{path.name}: library call counters moved by {moved}, expected {want}"
     checked = nodes
     if path.name.startswith("inception_qop_"):
         # the numpy reference is the slow part (0.55 s for all 9 nodes; CI also runs this under qemu): one pool per
@@ -216,7 +222,7 @@ def test_model_runs_with_library(path, threads):
             f"stock ORT should run {path.name}"
         )
         return
-    ref = cli.run_session(stock, feeds)
+    ref = run_session(stock, feeds)
     for meta, r in zip(stock.get_outputs(), ref):
         y = outs[meta.name]
         assert y.dtype == r.dtype and y.shape == r.shape
@@ -265,10 +271,10 @@ def test_type_variant_matches_float32_model(fam, t):
     """The f16/bf16/f64 variant run with the library vs the float32 model run by stock ORT on the same values."""
     sess = make_session((MODELS_DIR / f"{fam}_{t}.onnx").read_bytes())
     stock32 = make_session((MODELS_DIR / f"{fam}_f32.onnx").read_bytes(), library=False)
-    (x32,) = cli.random_inputs(stock32, np.random.default_rng(2)).values()
-    dt = cli.np_dtype(sess.get_inputs()[0].type)
+    (x32,) = random_inputs(stock32, np.random.default_rng(2)).values()
+    dt = np_dtype(sess.get_inputs()[0].type)
     x = x32.astype(dt)
-    (y,) = cli.run_session(sess, {sess.get_inputs()[0].name: x})
+    (y,) = run_session(sess, {sess.get_inputs()[0].name: x})
     (r,) = stock32.run(None, {stock32.get_inputs()[0].name: x.astype(np.float32)})
     assert y.dtype == dt and y.shape == r.shape
     # f64: conv in float32 in both models, pooling in double vs float. bf16: one bf16 rounding of the conv output

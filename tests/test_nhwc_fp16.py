@@ -4,10 +4,12 @@ whether the library's kernel then really runs on such a CPU is checked under emu
 QEMU_CPU=max, scripts/aarch64_fp16_probe.py and the whole suite's call counters)."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
+from helpers import graph_model
 
 KEY = "optimization.disable_specified_optimizers"
 
@@ -25,14 +27,7 @@ def model(with_conv):
     if with_conv:
         inits.append(numpy_helper.from_array(np.ones((4, 4, 3, 3), np.float16), "W"))
         nodes.insert(0, helper.make_node("Conv", ["X", "W"], ["H"]))
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT16, [1, 4, 5, 5])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT16, None)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    return graph_model(nodes, [("X", TensorProto.FLOAT16, [1, 4, 5, 5])], [("Y", TensorProto.FLOAT16, None)], inits)
 
 
 @pytest.fixture
@@ -60,8 +55,6 @@ def test_which_sessions_disable_the_transformer(fp16_cpu, options, expected):
 
 
 def test_keeps_optimizers_already_disabled(fp16_cpu):
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.add_session_config_entry(KEY, "ConstantFolding")
     onnx_pools.session_options(so)

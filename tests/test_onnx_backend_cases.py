@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import CASE_COUNTS, IR_VERSION, counts_one_run, make_session, run_session
+from helpers import CASE_COUNTS, IR_VERSION, counts_one_run, make_session, run_session
 
 OPS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool")
 

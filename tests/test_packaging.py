@@ -16,18 +16,17 @@ Slow, opt-in (they build the wheel and create venvs; they need the source checko
 import importlib.metadata
 import os
 import re
-import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import onnx_pools
-from conftest import IR_VERSION, make_model
+from helpers import elf_dynamic, pool_model, qlinear_model, subprocess_env
 
 DIST = "onnx-pools"
 OLDEST_ORT = (1, 21)
@@ -39,40 +38,6 @@ SYSTEM_LIB = re.compile(r"(libc|libm|libpthread|libdl|librt|libgcc_s)\.so\.\d+|l
 
 
 # ------------------------------------------------------------------------------------------------ ELF
-def elf_dynamic(path):
-    """(DT_NEEDED names, DT_RPATH + DT_RUNPATH strings) of an ELF shared object, read from its section headers."""
-    data = Path(path).read_bytes()
-    assert data[:4] == b"\x7fELF", f"{path}: not an ELF file"
-    is64, end = data[4] == 2, "<" if data[5] == 1 else ">"
-    if is64:
-        (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
-        sec_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
-    else:
-        (shoff,) = struct.unpack_from(end + "I", data, 0x20)
-        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
-        sec_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
-    sections = [struct.unpack_from(sec_fmt, data, shoff + i * shentsize) for i in range(shnum)]
-    needed, paths = [], []
-    for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
-        if sh_type != 6:  # SHT_DYNAMIC
-            continue
-        str_off = sections[link][4]
-
-        def string(i):
-            return data[str_off + i : data.index(b"\0", str_off + i)].decode()
-
-        for pos in range(offset, offset + size, entsize):
-            tag, val = struct.unpack_from(dyn_fmt, data, pos)
-            if tag == 0:  # DT_NULL
-                break
-            if tag == 1:  # DT_NEEDED
-                needed.append(string(val))
-            elif tag in (15, 29):  # DT_RPATH, DT_RUNPATH
-                paths.append(string(val))
-    return needed, paths
-
-
 def test_library_needs_only_system_libraries():
     needed, _ = elf_dynamic(onnx_pools.get_library_path())
     if any(n.startswith(("libasan", "libubsan", "libtsan")) for n in needed):
@@ -253,10 +218,7 @@ QLINEAR_CHILD = (
 def _child(tmp_path, code, model, *args):
     path = tmp_path / "model.onnx"
     path.write_bytes(model.SerializeToString())
-    env = {k: v for k, v in os.environ.items() if k != "ONNX_POOLS_ISA"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(onnx_pools.__file__).resolve().parent.parent), env.get("PYTHONPATH")])
-    )
+    env = subprocess_env(drop=["ONNX_POOLS_ISA"])
     r = subprocess.run(
         [sys.executable, "-c", code, str(path), *args],
         capture_output=True,
@@ -269,37 +231,21 @@ def _child(tmp_path, code, model, *args):
 
 
 def _gap_f64():  # double: no stock ORT kernel, so only the library can run it
-    return make_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5])
+    return pool_model("GlobalAveragePool", 13, "float64", [2, 3, 4, 5])
 
 
 def test_loader_runs_with_only_onnxruntime_and_numpy(tmp_path):
     """The loader (get_library_path, session_options, call counters) with onnx, ml_dtypes, pytest... unimportable."""
-    _child(tmp_path, GAP_CHILD, _gap_f64(), repr([{}, {"ops": "all"}, {"ops": ["GlobalAveragePool"]}]))
+    # ops="all" with the model (read without onnx): every op the model allows
+    _child(
+        tmp_path, GAP_CHILD, _gap_f64(), "[{}, {'ops': 'all', 'model': sys.argv[1]}, {'ops': ['GlobalAveragePool']}]"
+    )
 
 
 def _qlinear_model():
     """com.microsoft.QLinearAveragePool with all five inputs (an omitted optional input crashes ORT < 1.24: see
     test_extensions.py and the ORT compatibility notes)."""
-    inits = [
-        helper.make_tensor("xs", TensorProto.FLOAT, [], [0.5]),
-        helper.make_tensor("xz", TensorProto.UINT8, [], [2]),
-        helper.make_tensor("ys", TensorProto.FLOAT, [], [0.25]),
-        helper.make_tensor("yz", TensorProto.UINT8, [], [1]),
-    ]
-    node = helper.make_node(
-        "QLinearAveragePool", ["X", "xs", "xz", "ys", "yz"], ["Y"], domain="com.microsoft", kernel_shape=[2, 2]
-    )
-    graph = helper.make_graph(
-        [node],
-        "q",
-        [helper.make_tensor_value_info("X", TensorProto.UINT8, [2, 3, 4, 4])],
-        [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)],
-        inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = IR_VERSION
+    model, _ = qlinear_model(np.uint8, [2, 3, 4, 4], {"kernel_shape": [2, 2]}, 0.5, 2, 0.25, 1)
     return model
 
 

@@ -13,21 +13,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
 
 import reference as R
 import reference_qlinear as RQ
-from conftest import (
-    _ORT_WRAPPER,
+from helpers import (
     ALL_DTYPES,
     CASE_COUNTS,
-    IR_VERSION,
+    assert_close_with_subnormals,
+    assert_qlinear_matches,
     counts_one_run,
-    make_model,
     make_session,
     option,
+    pool_model,
+    qlinear_model,
+    qlinear_reference,
     run_session,
     selected,
+    strip_ort_wrapper,
 )
 
 _COMMON = dict(
@@ -48,15 +50,7 @@ GLOBAL_OPSETS = [1, 2, 7, 11, 13, 18, 21, 22]
 LP_OPSETS = [1, 2, 11, 18, 22]
 FLOAT_P = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 7.25, 10.0]
 
-# Smallest positive subnormal of each type. Where the true result is itself subnormal, the output type cannot hold
-# it to the relative tolerance; rounding to the type's grid costs up to one such step, which is added to atol.
-SUBNORMAL = {"float32": 2.0**-149, "float64": 2.0**-1074, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 DENORMAL_SCALE = {"float32": 1e-39, "float64": 1e-310, "float16": 4e-5, "bfloat16": 5e-39}
-
-
-def assert_close_with_subnormals(y, ref, dtype, x, what):
-    af = R.TOLERANCES[dtype][1]
-    R.assert_close(y, ref, dtype, R.input_scale(x) + SUBNORMAL[dtype] / af, what)
 
 
 # --------------------------------------------------------------------------- input values
@@ -157,7 +151,7 @@ def global_reference(op, x, p):
 def test_global_pools_property(case):
     op, dtype, opset, shape, attrs, p, spec, style, threads = case
     x = make_values(spec, shape, dtype)
-    model = make_model(op, opset, dtype, declared_shape(style, shape), attrs)
+    model = pool_model(op, opset, dtype, declared_shape(style, shape), attrs)
     sess = make_session(model, threads=threads)
     with counts_one_run(op):
         (y,) = run_session(sess, {"X": x})
@@ -225,13 +219,13 @@ def test_lppool_property(case):
     opset, dtype, shape, attrs, ref_kwargs, spec, style, threads = case
     x = make_values(spec, shape, dtype)
     what = f"LpPool-{opset} {dtype} shape={shape} attrs={attrs} values={spec[0]} specials={spec[2]}"
-    model = make_model("LpPool", opset, dtype, declared_shape(style, shape), attrs)
+    model = pool_model("LpPool", opset, dtype, declared_shape(style, shape), attrs)
     try:
         out_shape = R.output_shape(shape, **{k: v for k, v in ref_kwargs.items() if k != "p"})
     except ValueError:  # the dilated kernel does not fit the padded input: a clear error, at load or in run()
         with pytest.raises(Exception) as ei:
             run_session(make_session(model, threads=threads), {"X": x})
-        msg = _ORT_WRAPPER.sub("", str(ei.value))
+        msg = strip_ort_wrapper(str(ei.value))
         assert "LpPool" in msg and "kernel_shape" in msg, f"{what}: unclear error: {ei.value}"
         CASE_COUNTS["properties: LpPool (error)"] += 1
         return
@@ -247,59 +241,6 @@ def test_lppool_property(case):
 
 
 # --------------------------------------------------------------------------- QLinearAveragePool
-
-QTYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
-TIE_TOL = 1e-3
-
-
-def qlinear_model(
-    dtype, in_shape, attrs, x_scale, x_zero_point, y_scale, y_zero_point, node_name="node0", params_as_inputs=False
-):
-    """One com.microsoft.QLinearAveragePool node. Scales and zero points are initializers (or graph inputs when
-    params_as_inputs; then the returned feeds hold them). A zero point of None is left out: '' for x_zero_point,
-    an absent trailing input for y_zero_point. Returns (model, feeds without X)."""
-    dtype = np.dtype(dtype)
-    T = QTYPES[dtype]
-    values = {"xs": np.array(x_scale, np.float32), "ys": np.array(y_scale, np.float32)}
-    names = ["X", "xs", "", "ys"]
-    if x_zero_point is not None:
-        values["xz"] = np.array(x_zero_point, dtype)
-        names[2] = "xz"
-    if y_zero_point is not None:
-        values["yz"] = np.array(y_zero_point, dtype)
-        names.append("yz")
-    inputs = [helper.make_tensor_value_info("X", T, in_shape)]
-    inits, feeds = [], {}
-    for name, v in values.items():
-        if params_as_inputs:
-            inputs.append(
-                helper.make_tensor_value_info(name, TensorProto.FLOAT if v.dtype == np.float32 else T, list(v.shape))
-            )
-            feeds[name] = v
-        else:
-            inits.append(numpy_helper.from_array(v, name))
-    node = helper.make_node("QLinearAveragePool", names, ["Y"], name=node_name, domain="com.microsoft", **attrs)
-    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("Y", T, None)], inits)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = IR_VERSION
-    return model, feeds
-
-
-def check_qlinear(y, ref, pre, what):
-    """Exact, except within TIE_TOL of a rounding tie, where float evaluation order may decide: one step there."""
-    assert y.dtype == ref.dtype and y.shape == ref.shape, (
-        f"{what}: got {y.dtype}{list(y.shape)}, expected {ref.dtype}{list(ref.shape)}"
-    )
-    d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
-    bad = ((d > 0) & ~RQ.near_tie(pre, TIE_TOL)) | (d > 1)
-    if bad.any():
-        i = tuple(int(v) for v in np.argwhere(bad)[0])
-        pytest.fail(
-            f"{what}: {int(bad.sum())} of {d.size} elements differ from the reference; first at {i}: "
-            f"got {int(y[i])}, expected {int(ref[i])} (pre-rounding {float(pre[i])!r})"
-        )
 
 
 @st.composite
@@ -394,7 +335,7 @@ def test_qlinear_average_pool_property(case):
         case["xz"],
         case["ys"],
         case["yz"],
-        params_as_inputs=case["as_inputs"],
+        as_inputs=("xs", "xz", "ys", "yz") if case["as_inputs"] else (),
     )
     try:
         _, _, out = RQ.pool_geometry(
@@ -408,7 +349,7 @@ def test_qlinear_average_pool_property(case):
     except ValueError:
         with pytest.raises(Exception) as ei:
             make_session(model, threads=case["threads"]).run(None, {"X": x, **feeds})
-        msg = _ORT_WRAPPER.sub("", str(ei.value))
+        msg = strip_ort_wrapper(str(ei.value))
         assert "QLinearAveragePool" in msg and "kernel_shape" in msg, f"{what}: unclear error: {ei.value}"
         CASE_COUNTS["properties: QLinearAveragePool (error)"] += 1
         return
@@ -416,19 +357,6 @@ def test_qlinear_average_pool_property(case):
     sess = make_session(model, threads=case["threads"])
     with counts_one_run("QLinearAveragePool"):
         y = sess.run(None, {"X": x, **feeds})[0]
-    ref, pre = RQ.qlinear_average_pool(
-        x,
-        case["xs"],
-        case["xz"],
-        case["ys"],
-        case["yz"],
-        case["attrs"]["kernel_shape"],
-        case["strides"],
-        case["pads"],
-        case["auto_pad"],
-        case["ceil_mode"],
-        case["cip"],
-        case["cl"],
-    )
-    check_qlinear(y, ref, pre, what)
+    ref, pre = qlinear_reference(x, case["xs"], case["xz"], case["ys"], case["yz"], case["attrs"])
+    assert_qlinear_matches(y, ref, pre, what)
     CASE_COUNTS["properties: QLinearAveragePool"] += 1

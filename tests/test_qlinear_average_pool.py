@@ -11,26 +11,23 @@ the parametrized tests have not made yet.
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import onnx_pools  # noqa: E402
-from conftest import make_session  # noqa: E402
-from reference_qlinear import QRANGE, near_tie, pool_geometry, qlinear_average_pool  # noqa: E402
+from helpers import (
+    assert_qlinear_matches,
+    call_count_moves,
+    cpu_isas,
+    expect_error,
+    make_session,
+    qlinear_model,
+    qlinear_reference,
+    rerun_on_isa,
+    run_with_library,
+)
+from reference_qlinear import QRANGE, pool_geometry, qlinear_average_pool
 
 OP = "QLinearAveragePool"
-OPSETS = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
-IR_VERSION = 8
-TIE_TOL = 1e-3
-ONNX_T = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
 
 # zero point layouts of the node's inputs (positions 2 and 4)
 #   given: tensor; empty: "" in the node; omitted: trailing input absent
@@ -44,100 +41,28 @@ ZP_MODES = {
 }
 
 
-# ----------------------------------------------------------------------------- model building
 def build_model(x_shape, dtype, attrs, params, zp_mode="both", sources=None, scale_shapes=None):
-    """Model with one QLinearAveragePool node.
-
-    params: dict xs, xz, ys, yz (python scalars or arrays); sources: per name 'init'|'input';
-    scale_shapes: per name the shape of the scalar tensor ([] or [1] or anything else for
-    error tests).  Graph tensor names deliberately differ from the spec's input names so
-    that an error message naming 'x_scale' etc. must come from the kernel.
-    Returns (model, feeds_without_X).
-    """
+    """qlinear_model for a case: params {xs, xz, ys, yz} (python scalars or arrays); zp_mode (ZP_MODES) says which
+    zero points the node leaves out and how; sources: per name 'init' | 'input'; scale_shapes: per name the shape of
+    a one-element parameter ([] or [1]). Returns (model, feeds without X)."""
     dtype = np.dtype(dtype)
-    sources = sources or {}
-    scale_shapes = scale_shapes or {}
-    xzm, yzm = ZP_MODES[zp_mode]
-    names = {"xs": "in_xs", "xz": "in_xz", "ys": "in_ys", "yz": "in_yz"}
-    node_inputs = ["X", names["xs"], names["xz"] if xzm == "given" else "", names["ys"]]
-    if yzm == "given":
-        node_inputs.append(names["yz"])
-    elif yzm == "empty":
-        node_inputs.append("")
-    used = ["xs", "ys"] + (["xz"] if xzm == "given" else []) + (["yz"] if yzm == "given" else [])
-    inits, graph_inputs, feeds = [], [helper.make_tensor_value_info("X", ONNX_T[dtype], list(x_shape))], {}
-    for key in used:
-        tdt = np.float32 if key in ("xs", "ys") else dtype
-        shape = scale_shapes.get(key, [])
-        arr = np.asarray(params[key], dtype=tdt)
-        if arr.size == 1:
-            arr = arr.reshape(shape)
-        else:
-            assert list(arr.shape) == list(shape)
-        if sources.get(key, "init") == "init":
-            inits.append(numpy_helper.from_array(arr, names[key]))
-        else:
-            graph_inputs.append(
-                helper.make_tensor_value_info(
-                    names[key], TensorProto.FLOAT if tdt == np.float32 else ONNX_T[dtype], list(arr.shape)
-                )
-            )
-            feeds[names[key]] = arr
-    node = helper.make_node(OP, node_inputs, ["Y"], name="pool_node", domain="com.microsoft", **attrs)
-    graph = helper.make_graph(
-        [node], "qlap", graph_inputs, [helper.make_tensor_value_info("Y", ONNX_T[dtype], None)], inits
-    )
-    model = helper.make_model(graph, opset_imports=OPSETS, ir_version=IR_VERSION)
-    return model, feeds
-
-
-def lib_session(model, threads=1):
-    # session_options(model=...) takes QLinearAveragePool: the model imports com.microsoft
-    return make_session(model, threads=threads)
-
-
-def stock_session(model, threads=1):
-    return make_session(model, library=False, threads=threads)
+    modes = dict(zip(("xz", "yz"), ZP_MODES[zp_mode]))
+    values = {}
+    for key in ("xs", "xz", "ys", "yz"):
+        if modes.get(key, "given") != "given":
+            values[key] = None
+            continue
+        arr = np.asarray(params[key], dtype=np.float32 if key in ("xs", "ys") else dtype)
+        values[key] = arr.reshape((scale_shapes or {}).get(key, [])) if arr.size == 1 else arr
+    inputs = [key for key, source in (sources or {}).items() if source == "input"]
+    return qlinear_model(
+        dtype, list(x_shape), attrs, values["xs"], values["xz"], values["ys"], values["yz"],
+        absent_y_zero_point=modes["yz"], as_inputs=inputs,
+    )  # fmt: skip
 
 
 def run_lib_counted(model, feeds, threads=1):
-    sess = lib_session(model, threads)
-    before = onnx_pools.call_counts()[OP]
-    y = sess.run(None, feeds)[0]
-    after = onnx_pools.call_counts()[OP]
-    assert after == before + 1, f"library kernel not used: call count {before} -> {after}"
-    return y
-
-
-def check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last):
-    """One 3x3 pads-1 stride-1 case on the library (its kernel counted) against the float64 reference away from ties
-    and against stock ORT everywhere (identical: the ties are ORT's own float sequence)."""
-    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": cip, "channels_last": channels_last}
-    params = {"xs": xs, "xz": xz, "ys": ys, "yz": yz}
-    model, feeds = build_model(x.shape, x.dtype, attrs, params)
-    layout = "NHWC" if channels_last else "NCHW"
-    what = f"{x.dtype} {layout} x{list(x.shape)} scales {xs}/{ys} zero points {xz}/{yz} cip={cip}"
-    y = run_lib_counted(model, {"X": x, **feeds})
-    ref, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, channels_last)
-    check_against_reference(y, ref, pre, what=what)
-    stock = stock_session(model).run(None, {"X": x, **feeds})[0]
-    differ = np.argwhere(stock != y)
-    assert differ.size == 0, f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
-
-
-def check_against_reference(y, ref, pre, what=""):
-    assert y.dtype == ref.dtype, (y.dtype, ref.dtype)
-    assert y.shape == ref.shape, f"{what}: shape {y.shape} expected {ref.shape}"
-    d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
-    tie = near_tie(pre, TIE_TOL)
-    strict_bad = (d > 0) & ~tie
-    if strict_bad.any() or d.max(initial=0) > 1:
-        idx = np.argwhere(strict_bad | (d > 1))[:5]
-        details = [(tuple(int(v) for v in i), int(y[tuple(i)]), int(ref[tuple(i)]), float(pre[tuple(i)])) for i in idx]
-        pytest.fail(
-            f"{what}: {int(strict_bad.sum())} of {d.size} elements differ from the reference away from ties, "
-            f"max diff {int(d.max())}; first (index, got, expected, pre-rounding): {details}"
-        )
+    return run_with_library(model, feeds, OP, threads)[0]
 
 
 # ----------------------------------------------------------------------------- case generation
@@ -369,18 +294,23 @@ def stock_pads_negatively(case):
     return any(k < s for k, s in zip(case["attrs"]["kernel_shape"], strides))
 
 
-# per case id, shared by test_random_case and test_identical_fraction_vs_stock_ort (whichever runs first fills them)
-_LIB_RESULTS: dict[str, np.ndarray] = {}
-_STOCK_STATS: dict[str, tuple[int, int]] = {}
-
-
 def _run_case(case):
     x = _case_data(case)
     model, feeds = build_model(
         x.shape, x.dtype, case["attrs"], _params(case), case["zp_mode"], case["sources"], case["scale_shapes"]
     )
     y = run_lib_counted(model, {"X": x, **feeds}, case["threads"])
-    _LIB_RESULTS[case["id"]] = y
+    return x, y
+
+
+def _check_case(case):
+    """The case on the library (its kernel counted) against the reference. Returns (x, y)."""
+    x, y = _run_case(case)
+    xz, yz = _effective_zps(case)
+    ref, pre = qlinear_reference(x, case["xs"], xz, case["ys"], yz, case["attrs"])
+    assert_qlinear_matches(
+        y, ref, pre, what=f"{case['id']} attrs={case['attrs']} x{list(x.shape)} zp={case['zp_mode']}"
+    )
     return x, y
 
 
@@ -390,43 +320,22 @@ def _stock_compare(case, x, y):
     xz, yz = _effective_zps(case)
     p = {"xs": case["xs"], "ys": case["ys"], "xz": 0 if xz is None else xz, "yz": 0 if yz is None else yz}
     model, feeds = build_model(x.shape, x.dtype, case["attrs"], p, "both")
-    ys = stock_session(model).run(None, {"X": x, **feeds})[0]
+    ys = make_session(model, library=False).run(None, {"X": x, **feeds})[0]
     assert ys.shape == y.shape, f"stock ORT shape {ys.shape} vs library {y.shape}"
     d = np.abs(ys.astype(np.int32) - y.astype(np.int32))
     assert d.max(initial=0) <= 1, f"library differs from stock ORT by {int(d.max())}"
-    stats = (int((d == 0).sum()), int(d.size))
-    _STOCK_STATS[case["id"]] = stats
-    return stats
+    return int((d == 0).sum()), int(d.size)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_random_case(case):
-    x, y = _run_case(case)
-    xz, yz = _effective_zps(case)
-    ref, pre = qlinear_average_pool(
-        x,
-        case["xs"],
-        xz,
-        case["ys"],
-        yz,
-        case["attrs"]["kernel_shape"],
-        case["strides"],
-        case["pads"],
-        case["auto_pad"],
-        case["ceil_mode"],
-        case["cip"],
-        case["cl"],
-    )
-    check_against_reference(
-        y, ref, pre, what=f"{case['id']} attrs={case['attrs']} x{list(x.shape)} zp={case['zp_mode']}"
-    )
+    x, y = _check_case(case)
     if not stock_pads_negatively(case):
         _stock_compare(case, x, y)
 
 
 def test_identical_fraction_vs_stock_ort(request):
-    """Aggregate over all cases (computes whatever the parametrized tests did not, so it does
-    not depend on running after them).
+    """Aggregate over all cases, each run here (on the library and on stock ORT).
 
     Asserted: >= 99.9% identical over the cases with generic scale ratios. Cases whose
     y_scale / x_scale is 1 or a power of two ("tie-heavy") put many elements exactly on a
@@ -435,16 +344,13 @@ def test_identical_fraction_vs_stock_ort(request):
     to differ from stock by at most one step, but not part of the 99.9% figure.
     """
     skipped = 0
+    stock_stats = {}
     for case in CASES:
         if stock_pads_negatively(case):
             skipped += 1
             continue
-        if case["id"] not in _STOCK_STATS:
-            x = _case_data(case)
-            y = _LIB_RESULTS.get(case["id"])
-            if y is None:
-                _, y = _run_case(case)
-            _stock_compare(case, x, y)
+        x, y = _run_case(case)
+        stock_stats[case["id"]] = _stock_compare(case, x, y)
     by_id = {c["id"]: c for c in CASES}
     lines, fractions = [], {}
     for label, sel in [
@@ -452,7 +358,7 @@ def test_identical_fraction_vs_stock_ort(request):
         ("tie-heavy scales", lambda c: c["tie_heavy"]),
         ("all", lambda c: True),
     ]:
-        stats = [v for k, v in _STOCK_STATS.items() if sel(by_id[k])]
+        stats = [v for k, v in stock_stats.items() if sel(by_id[k])]
         same, total = sum(s for s, _ in stats), sum(t for _, t in stats)
         fractions[label] = same / total if total else float("nan")
         lines.append(f"  {label}: {same}/{total} identical ({fractions[label]:.5%}) over {len(stats)} cases")
@@ -474,47 +380,18 @@ def test_identical_fraction_vs_stock_ort(request):
     assert fractions["all"] >= 0.999, msg
 
 
-_ISA_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.path.insert(0, {tests_dir!r})
-    import onnx_pools
-    import test_qlinear_average_pool as T
-    from reference_qlinear import qlinear_average_pool
-    assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()
-    for case in T.CASES:
-        x, y = T._run_case(case)
-        xz, yz = T._effective_zps(case)
-        ref, pre = qlinear_average_pool(
-            x, case["xs"], xz, case["ys"], yz, case["attrs"]["kernel_shape"], case["strides"], case["pads"],
-            case["auto_pad"], case["ceil_mode"], case["cip"], case["cl"],
-        )
-        T.check_against_reference(y, ref, pre, what=case["id"] + " " + str(case["attrs"]) + " x" + str(list(x.shape)))
-    print("checked", len(T.CASES), "cases on", onnx_pools.active_isa())
-    """
-)
+def check_all():
+    """Every randomized case against the reference (rerun_on_isa runs this with each ISA forced). Returns the number
+    of cases."""
+    for case in CASES:
+        _check_case(case)
+    return len(CASES)
 
 
-@pytest.mark.parametrize("isa", ["portable", "avx2"])
+@pytest.mark.parametrize("isa", cpu_isas())
 def test_random_cases_on_other_isa_paths(isa):
-    """All randomized cases again against the reference, with the kernel path forced (in a
-    subprocess: ONNX_POOLS_ISA is read when the library is loaded)."""
-    default = onnx_pools.active_isa()
-    if isa == "avx2" and default not in ("avx2", "avx512"):
-        pytest.skip("this CPU has no AVX2")  # (or is not x86-64)
-    env = dict(os.environ, ONNX_POOLS_ISA=isa)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))  # the onnx_pools under test
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run(
-        [sys.executable, "-c", _ISA_SCRIPT.format(tests_dir=tests_dir, isa=isa)],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tests_dir,  # not the repo root: its onnx_pools may be unbuilt
-    )
-    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    assert f"checked {len(CASES)} cases on {isa}" in r.stdout
+    """All randomized cases again against the reference, with each other kernel path forced."""
+    assert rerun_on_isa(isa, "test_qlinear_average_pool") == str(len(CASES))
 
 
 # ----------------------------------------------------------------------------- targeted semantics
@@ -593,15 +470,15 @@ def test_sessions_reused_and_channels_last_consistent():
     m1, f1 = build_model(x.shape, x.dtype, attrs, p)
     xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     m2, f2 = build_model(xt.shape, x.dtype, dict(attrs, channels_last=1), p)
-    s1, s2 = lib_session(m1, 2), lib_session(m2, 2)
-    before = onnx_pools.call_counts()[OP]
-    for _ in range(3):
-        y1 = s1.run(None, {"X": x, **f1})[0]
-        y2 = s2.run(None, {"X": xt, **f2})[0]
-        np.testing.assert_array_equal(y1.transpose(0, 2, 3, 1), y2)
-    assert onnx_pools.call_counts()[OP] == before + 6
+    s1, s2 = make_session(m1, threads=2), make_session(m2, threads=2)
+    with call_count_moves() as moved:
+        for _ in range(3):
+            y1 = s1.run(None, {"X": x, **f1})[0]
+            y2 = s2.run(None, {"X": xt, **f2})[0]
+            np.testing.assert_array_equal(y1.transpose(0, 2, 3, 1), y2)
+    assert moved == {OP: 6}
     ref, pre = qlinear_average_pool(x, 0.05, -3, 0.04, 7, [3, 2], [2, 1], [1, 0, 1, 1], count_include_pad=1)
-    check_against_reference(y1, ref, pre, "reused session")
+    assert_qlinear_matches(y1, ref, pre, "reused session")
 
 
 @pytest.mark.parametrize("cl", [0, 1])
@@ -612,19 +489,15 @@ def test_empty_batch_or_channels(nc, cl):
     x = np.zeros(shape, dtype=np.uint8)
     attrs = {"kernel_shape": [2, 2], "strides": [2, 1], "pads": [1, 0, 0, 0], "channels_last": cl}
     model, feeds = build_model(x.shape, x.dtype, attrs, {"xs": 0.1, "xz": 3, "ys": 0.2, "yz": 4})
-    y = lib_session(model).run(None, {"X": x, **feeds})[0]
+    y = make_session(model).run(None, {"X": x, **feeds})[0]
     expect = (n, 3, 3, c) if cl else (n, c, 3, 3)
     assert y.shape == expect and y.dtype == np.uint8
 
 
 # ----------------------------------------------------------------------------- errors
-def expect_error(model, feeds, pattern):
-    with pytest.raises(Exception) as ei:
-        sess = lib_session(model)
-        sess.run(None, feeds)
-    msg = str(ei.value)
-    assert OP in msg, msg
-    assert re.search(pattern, msg), f"message does not name {pattern!r}: {msg}"
+def expect_op_error(model, feeds, pattern):
+    """The library's own message (ORT's node wrapper stripped) names the op, then matches pattern."""
+    expect_error(model, feeds, rf"{OP}.*({pattern})")
 
 
 X2D_U8 = np.arange(36, dtype=np.uint8).reshape(1, 1, 6, 6)
@@ -641,7 +514,7 @@ def test_error_non_scalar_scale_or_zero_point(which, source):
         X2D_U8.shape, np.uint8, {"kernel_shape": [2, 2]}, p, "both", {which: source}, {which: [2]}
     )
     name = {"xs": "x_scale", "ys": "y_scale", "xz": "x_zero_point", "yz": "y_zero_point"}[which]
-    expect_error(model, {"X": X2D_U8, **feeds}, name)
+    expect_op_error(model, {"X": X2D_U8, **feeds}, name)
 
 
 @pytest.mark.parametrize("value", [0.0, -0.5, float("nan"), float("inf"), float("-inf")])
@@ -651,7 +524,7 @@ def test_error_bad_scale_value(which, value):
     p[which] = value
     source = "input" if (which == "xs") == (value in (0.0, float("inf"))) else "init"
     model, feeds = build_model(X2D_U8.shape, np.uint8, {"kernel_shape": [2, 2]}, p, "both", {which: source})
-    expect_error(model, {"X": X2D_U8, **feeds}, {"xs": "x_scale", "ys": "y_scale"}[which])
+    expect_op_error(model, {"X": X2D_U8, **feeds}, {"xs": "x_scale", "ys": "y_scale"}[which])
 
 
 def test_scales_and_zero_points_of_shape_1_accepted():
@@ -667,7 +540,7 @@ def test_scales_and_zero_points_of_shape_1_accepted():
     )
     y = run_lib_counted(model, {"X": X2D_U8, **feeds})
     ref, pre = qlinear_average_pool(X2D_U8, 0.1, 3, 0.2, 4, [2, 2])
-    check_against_reference(y, ref, pre, "[1]-shaped scales")
+    assert_qlinear_matches(y, ref, pre, "[1]-shaped scales")
 
 
 @pytest.mark.parametrize(
@@ -699,17 +572,17 @@ def test_scales_and_zero_points_of_shape_1_accepted():
 )
 def test_error_attributes(attrs, pattern):
     model, feeds = build_model(X2D_U8.shape, np.uint8, attrs, P0)
-    expect_error(model, {"X": X2D_U8, **feeds}, pattern)
+    expect_op_error(model, {"X": X2D_U8, **feeds}, pattern)
 
 
 def test_error_kernel_too_big_channels_last():
     x = np.zeros((1, 6, 3, 4), dtype=np.int8)  # NHWC: H=6, W=3, C=4
     model, feeds = build_model(x.shape, np.int8, {"kernel_shape": [2, 4], "channels_last": 1}, P0)
-    expect_error(model, {"X": x, **feeds}, "kernel")
+    expect_op_error(model, {"X": x, **feeds}, "kernel")
 
 
 @pytest.mark.parametrize("shape", [[2, 3], [4]])
 def test_error_rank_below_3(shape):
     x = np.zeros(shape, dtype=np.uint8)
     model, feeds = build_model(x.shape, np.uint8, {"kernel_shape": [1]}, P0)
-    expect_error(model, {"X": x, **feeds}, r"\bX\b|[Rr]ank")
+    expect_op_error(model, {"X": x, **feeds}, r"\bX\b|[Rr]ank")

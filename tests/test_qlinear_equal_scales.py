@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import test_qlinear_average_pool as T
-from reference_qlinear import QRANGE, qlinear_average_pool
+from helpers import check_qlinear_against_reference_and_stock
+from reference_qlinear import QRANGE
 
 # (layout, N x C x H x W, kernel, pads): 3x3 edges, 5x5 and 11x11 windows cut by the pads (counts up to 121)
 CASES = [
@@ -37,15 +37,5 @@ def test_equal_scales_match_stock_ort(dtype, layout, shape, kernel, pads):
             if layout == "NHWC":
                 attrs["channels_last"] = 1
                 xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            params = {"xs": 0.05, "xz": xz, "ys": 0.05, "yz": yz}
-            model, feeds = T.build_model(xin.shape, x.dtype, attrs, params)
             what = f"{layout} {x.dtype} x{list(shape)} k{kernel} zero points {xz}/{yz} cip={cip}"
-            y = T.run_lib_counted(model, {"X": xin, **feeds})
-            stock = T.stock_session(model).run(None, {"X": xin, **feeds})[0]
-            differ = np.argwhere(stock != y)
-            assert differ.size == 0, (
-                f"{what}: {len(differ)} elements differ from stock ORT, first {differ[:5].tolist()}"
-            )
-            ref, pre = qlinear_average_pool(x, 0.05, xz, 0.05, yz, kernel, None, pads, "NOTSET", 0, cip, 0)
-            yn = y.transpose(0, 3, 1, 2) if layout == "NHWC" else y
-            T.check_against_reference(yn, ref, pre, what=what)
+            check_qlinear_against_reference_and_stock(xin, 0.05, xz, 0.05, yz, attrs, what)

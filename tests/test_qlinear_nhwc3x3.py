@@ -10,13 +10,10 @@ stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-import onnx_pools
-import test_qlinear_average_pool as T
-from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
-from test_streaming import _isas, check_on_isa
+from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_cases, rerun_on_isa
+from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
 # odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path);
@@ -50,30 +47,13 @@ SCALES = [
 
 
 def cases():
-    rng = np.random.default_rng(20261124)
-    out = []
-    for dtype in (np.uint8, np.int8):
-        lo, hi = QRANGE[np.dtype(dtype)]
-        for shape in SHAPES:
-            for xs, ys, zps in SCALES:
-                for cip in (0, 1):
-                    if zps == "equal":
-                        xz = yz = 128 if dtype == np.uint8 else 0
-                    elif zps == "low high":
-                        xz, yz = lo, hi
-                    elif zps == "high low":
-                        xz, yz = hi, lo
-                    else:
-                        xz, yz = (int(v) for v in rng.integers(lo, hi + 1, 2))
-                    x = rng.integers(lo, hi + 1, shape).astype(dtype)
-                    out.append((x, xs, xz, ys, yz, cip))
-    return out
+    return qlinear_3x3_cases(20261124, SHAPES, SCALES)
 
 
 def check_all():
-    """Every case against the reference (away from ties) and stock ORT (everywhere)."""
-    for x, xs, xz, ys, yz, cip in cases():
-        T.check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last=1)
+    """Every case against the reference (away from ties) and stock ORT (everywhere); rerun_on_isa runs this with each
+    ISA forced. Returns the number of cases."""
+    return check_qlinear_3x3_cases(cases(), channels_last=1)
 
 
 def test_nhwc3x3_matches_reference_and_stock_ort():
@@ -89,15 +69,13 @@ def test_cases_reach_the_ties():
     """The equal-scales cases put edge windows on ties and no others; the 0.03 / 0.02 ones interior windows too."""
     all_cases = cases()
     equal = next(c for c in all_cases if c[0].shape == (1, 5, 6, 64) and c[1] == c[3] and c[2] == c[4] and not c[5])
-    on_tie = near_tie(_pre(equal), T.TIE_TOL)
+    on_tie = near_tie(_pre(equal), TIE_TOL)
     assert on_tie[:, 0].any() and on_tie[:, :, 0].any() and not on_tie[:, 1:-1, 1:-1].any()
     heavy = next(c for c in all_cases if c[0].shape == (1, 9, 12, 33) and c[1] == 0.03 and c[5])
-    assert near_tie(_pre(heavy), T.TIE_TOL)[:, 1:-1, 1:-1].any()
+    assert near_tie(_pre(heavy), TIE_TOL)[:, 1:-1, 1:-1].any()
 
 
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", cpu_isas())
 def test_nhwc3x3_on_each_isa(isa):
     """The same checks with each other path forced."""
-    if isa == onnx_pools.active_isa():
-        pytest.skip("the path of this process: test_nhwc3x3_matches_reference_and_stock_ort")
-    check_on_isa(isa, "test_qlinear_nhwc3x3", len(cases()))
+    assert rerun_on_isa(isa, "test_qlinear_nhwc3x3") == str(len(cases()))

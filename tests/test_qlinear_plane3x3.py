@@ -9,13 +9,10 @@ away from ties and against stock ORT (identical: the ties are ORT's own float se
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-import onnx_pools
-import test_qlinear_average_pool as T
-from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
-from test_streaming import _isas, check_on_isa
+from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_cases, rerun_on_isa
+from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
 # one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (middle_rows_mark)
@@ -37,26 +34,13 @@ SCALES = [
 
 
 def cases():
-    rng = np.random.default_rng(20261123)
-    out = []
-    for dtype in (np.uint8, np.int8):
-        lo, hi = QRANGE[np.dtype(dtype)]
-        for shape in SHAPES:
-            for xs, ys, zps in SCALES:
-                for cip in (0, 1):
-                    if zps == "equal":
-                        xz = yz = 128 if dtype == np.uint8 else 0
-                    else:
-                        xz, yz = (int(v) for v in rng.integers(lo, hi + 1, 2))
-                    x = rng.integers(lo, hi + 1, shape).astype(dtype)
-                    out.append((x, xs, xz, ys, yz, cip))
-    return out
+    return qlinear_3x3_cases(20261123, SHAPES, SCALES)
 
 
 def check_all():
-    """Every case against the reference (away from ties) and stock ORT (everywhere)."""
-    for x, xs, xz, ys, yz, cip in cases():
-        T.check_3x3_pad1(x, xs, xz, ys, yz, cip, channels_last=0)
+    """Every case against the reference (away from ties) and stock ORT (everywhere); rerun_on_isa runs this with each
+    ISA forced. Returns the number of cases."""
+    return check_qlinear_3x3_cases(cases(), channels_last=0)
 
 
 def test_plane3x3_matches_reference_and_stock_ort():
@@ -69,13 +53,11 @@ def test_equal_scales_put_edge_windows_on_ties():
         c for c in cases() if c[0].shape[2] >= 23 and c[1] == c[3] and c[2] == c[4] and not c[5]
     )
     _, pre = qlinear_average_pool(x, xs, xz, ys, yz, [3, 3], None, [1, 1, 1, 1], "NOTSET", 0, cip, 0)
-    on_tie = near_tie(pre, T.TIE_TOL)
+    on_tie = near_tie(pre, TIE_TOL)
     assert on_tie[..., 0, :].any() and on_tie[..., :, 0].any() and not on_tie[..., 1:-1, 1:-1].any()
 
 
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", cpu_isas())
 def test_plane3x3_on_each_isa(isa):
     """The same checks with each other path forced."""
-    if isa == onnx_pools.active_isa():
-        pytest.skip("the path of this process: test_plane3x3_matches_reference_and_stock_ort")
-    check_on_isa(isa, "test_qlinear_plane3x3", len(cases()))
+    assert rerun_on_isa(isa, "test_qlinear_plane3x3") == str(len(cases()))

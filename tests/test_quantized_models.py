@@ -9,23 +9,19 @@ pool's actual input in that run), and the model's outputs against stock ORT.
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import onnx_pools  # noqa: E402
-from conftest import make_session  # noqa: E402
-from reference_qlinear import near_tie, qlinear_average_pool  # noqa: E402
+from helpers import assert_qlinear_matches, counts_one_run, make_session
+from reference_qlinear import qlinear_average_pool
 
 OP = "QLinearAveragePool"
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
 MODELS = {"uint8": "avgpool_qop_uint8.onnx", "int8": "avgpool_qop_int8.onnx"}
 NP_T = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
-TIE_TOL = 1e-3
 
 
 def load(tag):
@@ -99,21 +95,9 @@ def inputs(n=4, seed=99):
     return xs
 
 
-def lib_session(model, threads=1):
-    # session_options(model=...) takes QLinearAveragePool: the model imports com.microsoft
-    return make_session(model, threads=threads)
-
-
-def stock_session(model, threads=1):
-    return make_session(model, library=False, threads=threads)
-
-
 def run_lib(model, x, sess):
-    n_pools = len(pool_nodes(model))
-    before = onnx_pools.call_counts()[OP]
-    outs = sess.run(None, {"X": x})
-    after = onnx_pools.call_counts()[OP]
-    assert after == before + n_pools, f"library kernel ran {after - before} times, expected {n_pools}"
+    with counts_one_run(OP, len(pool_nodes(model))):
+        outs = sess.run(None, {"X": x})
     return dict(zip([o.name for o in sess.get_outputs()], outs))
 
 
@@ -122,19 +106,7 @@ def check_pools_against_reference(model, outs, zero_points=True):
     for node in pool_nodes(model):
         x, y = outs[node.input[0]], outs[node.output[0]]
         ref, pre = qlinear_average_pool(x, **pool_params(model, node, zero_points))
-        assert y.dtype == ref.dtype and y.shape == ref.shape, (node.name, y.dtype, y.shape, ref.shape)
-        d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
-        bad = (d > 0) & ~near_tie(pre, TIE_TOL)
-        assert not bad.any() and d.max(initial=0) <= 1, (
-            f"{node.name}: {int(bad.sum())} elements differ from the reference away from ties "
-            f"(max diff {int(d.max())}); first: "
-            + str(
-                [
-                    (tuple(map(int, i)), int(y[tuple(i)]), int(ref[tuple(i)]), float(pre[tuple(i)]))
-                    for i in np.argwhere(bad)[:5]
-                ]
-            )
-        )
+        assert_qlinear_matches(y, ref, pre, node.name)
 
 
 class Agreement:
@@ -170,8 +142,8 @@ def test_model_file_has_qlinear_average_pool(tag):
 @pytest.mark.parametrize("tag", list(MODELS))
 def test_quantized_model_matches_reference_and_stock(tag, threads):
     model = expose_pool_tensors(load(tag))
-    lib = lib_session(model, threads)
-    stock = stock_session(model, threads)
+    lib = make_session(model, threads=threads)
+    stock = make_session(model, library=False, threads=threads)
     y_name = model.graph.output[0].name
     y_scale = float(initializers(model)[pool_nodes(model)[-1].input[3]])
     agree = Agreement()
@@ -226,11 +198,11 @@ def test_quantized_model_without_zero_points(tag, style):
 
     # stock ORT cannot run the variant (type inference fails without the optional zero points)
     with pytest.raises(Exception):  # noqa: B017 - which exception class ORT raises here is not the point
-        stock_session(variant).run(None, {"X": inputs(1)[0]})
+        make_session(variant, library=False).run(None, {"X": inputs(1)[0]})
 
-    lib_v = lib_session(variant)
-    lib_base = lib_session(base)
-    stock_exp = stock_session(expected_model)
+    lib_v = make_session(variant)
+    lib_base = make_session(base)
+    stock_exp = make_session(expected_model, library=False)
     inits = initializers(base)
     agree = Agreement()
     saw_nonzero = False

@@ -17,7 +17,7 @@ def test_ray_batch_inference(tmp_path):
     if not EXAMPLE.exists():
         pytest.skip("examples/ ships with the source checkout only")
     import onnx_pools
-    from test_packaging import elf_dynamic
+    from helpers import elf_dynamic
 
     if any(n.startswith(("libasan", "libubsan")) for n in elf_dynamic(onnx_pools.get_library_path())[0]):
         pytest.skip("sanitizer build of the library: Ray's worker processes are not run under the sanitizer runtime")

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
+from helpers import counts_one_run, graph_model, qlinear_model
 from reference import global_average_pool
 
 
@@ -19,14 +20,9 @@ def conv_relu_pool_model(channels=16, opsets=(("", 13),)):
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("GlobalAveragePool", ["r"], ["Y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 8, 8])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=8)
+    elem = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(w, "W")]
+    model = graph_model(nodes, [("X", elem, [2, 3, 8, 8])], [("Y", elem, None)], inits, dict(opsets))
     return model, w
 
 
@@ -97,51 +93,30 @@ def test_default_takes_only_standard_domain_ops():
     np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
 
 
-def qlinear_model():
-    inits = [
-        numpy_helper.from_array(np.array(v, dt), n) for n, v, dt in [("xs", 0.1, np.float32), ("ys", 0.1, np.float32)]
-    ]
-    node = helper.make_node(
-        "QLinearAveragePool",
-        ["X", "xs", "", "ys", ""],
-        ["Y"],
-        domain="com.microsoft",
-        kernel_shape=[2, 2],
-        strides=[2, 2],
-    )
-    graph = helper.make_graph(
-        [node],
-        "q",
-        [helper.make_tensor_value_info("X", TensorProto.UINT8, [1, 1, 2, 2])],
-        [helper.make_tensor_value_info("Y", TensorProto.UINT8, None)],
-        inits,
-    )
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)], ir_version=8
-    )
+def _qlinear_model():
+    """2x2 windows, stride 2, both zero points given as '' (absent: 0)."""
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    model, _ = qlinear_model(np.uint8, [1, 1, 2, 2], attrs, 0.1, None, 0.1, None, absent_y_zero_point="empty")
+    return model
 
 
 def test_model_importing_com_microsoft_gets_qlinear_average_pool():
-    model = qlinear_model()
+    model = _qlinear_model()
     sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(model=model))
-    before = onnx_pools.call_counts()["QLinearAveragePool"]
-    y = sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})[0]
-    assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1
+    with counts_one_run("QLinearAveragePool"):
+        y = sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})[0]
     assert y.tolist() == [[[[3]]]]  # (1+2+3+6)/4 = 3, zero points absent = 0
 
 
 def test_explicit_ops_choose_qlinear_average_pool():
-    model = qlinear_model()
+    model = _qlinear_model()
     for ops in ("all", ["QLinearAveragePool"]):
-        sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=ops))
-        before = onnx_pools.call_counts()["QLinearAveragePool"]
-        sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})
-        assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1
+        sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=ops, model=model))
+        with counts_one_run("QLinearAveragePool"):
+            sess.run(None, {"X": np.array([[[[1, 2], [3, 6]]]], np.uint8)})
 
 
 def test_unknown_op_name_in_selection_is_a_clear_error():
-    import pytest
-
     model, _ = conv_relu_pool_model()
     with pytest.raises(Exception, match="onnx_pools.ops.*NoSuchPool"):
         ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=["NoSuchPool"]))

@@ -2,23 +2,22 @@
 longer than one strip of columns, NCHW planes too large to pool whole) and QLinearAveragePool's rounding ties with
 equal scales, against the float64 references; every check also runs with each instruction set forced."""
 
-import os
-import platform
-import subprocess
-import sys
-import zlib
-
 import numpy as np
-import onnxruntime as ort
 import pytest
 
-import onnx_pools
 import reference as R
 import reference_qlinear as RQ
-from conftest import make_model, make_session, run_session
-from test_properties import check_qlinear, qlinear_model
+from helpers import (
+    assert_qlinear_matches,
+    cpu_isas,
+    make_session,
+    pool_model,
+    qlinear_model,
+    rerun_on_isa,
+    rng_for,
+    run_with_library,
+)
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 STRIP = 4096  # output columns per strip in the library (windows.h kStripColumns)
 WHOLE_PLANE = 1 << 16  # NCHW planes larger than this are streamed (qlinear_pool.h kWholePlaneLimit)
 
@@ -116,10 +115,7 @@ def test_fast_references_agree():
 
 
 def _lp(x, attrs, dtype="float32"):
-    before = onnx_pools.call_counts()["LpPool"]
-    sess = make_session(make_model("LpPool", 22, dtype, list(x.shape), attrs))
-    (y,) = run_session(sess, {"X": x})
-    assert onnx_pools.call_counts()["LpPool"] == before + 1, "the library's LpPool kernel did not run"
+    (y,) = run_with_library(pool_model("LpPool", 22, dtype, list(x.shape), attrs), {"X": x}, "LpPool")
     return y
 
 
@@ -192,18 +188,15 @@ def _qlinear(dtype, shape, attrs, config):
     if dtype == np.uint8:
         xz, yz = xz + 125, yz + 125
     lo, hi = RQ.QRANGE[np.dtype(dtype)]
-    x = np.random.default_rng(zlib.crc32(repr((config, shape)).encode())).integers(lo, hi + 1, shape).astype(dtype)
+    x = rng_for(config, shape).integers(lo, hi + 1, shape).astype(dtype)
     a = dict(attrs, count_include_pad=cip)
     model, _ = qlinear_model(dtype, shape, a, xs, xz, ys, yz)
-    before = onnx_pools.call_counts()["QLinearAveragePool"]
-    y = make_session(model).run(None, {"X": x})[0]
-    assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1, "the library's kernel did not run"
+    (y,) = run_with_library(model, {"X": x}, "QLinearAveragePool")
     ref, pre = qlinear_fast(x, xs, xz, ys, yz, attrs, cip)
     what = f"QLinearAveragePool {np.dtype(dtype).name} {shape} {a} {config}"
-    check_qlinear(y, ref, pre, what)
+    assert_qlinear_matches(y, ref, pre, what)
     # where the exact value is a tie, the library evaluates as ORT does: identical to stock ORT there too
-    stock = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    y_stock = stock.run(None, {"X": x})[0]
+    y_stock = make_session(model, library=False).run(None, {"X": x})[0]
     d = np.abs(y.astype(np.int32) - y_stock.astype(np.int32))
     assert d.max() <= 1, what
     ties = RQ.near_tie(pre, 1e-9)
@@ -259,9 +252,7 @@ def check_qlinear_guard_band():
         ):
             x = values.reshape(shape)
             model, _ = qlinear_model(dtype, shape, dict(attrs, count_include_pad=1), xs, xz, 1.0, yz)
-            before = onnx_pools.call_counts()["QLinearAveragePool"]
-            y = make_session(model).run(None, {"X": x})[0]
-            assert onnx_pools.call_counts()["QLinearAveragePool"] == before + 1, "the library's kernel did not run"
+            (y,) = run_with_library(model, {"X": x}, "QLinearAveragePool")
             exact = (x.astype(np.int64) - xz) * np.float64(xs) + yz
             distance = np.abs(exact - np.floor(exact) - 0.5)
             band = (distance >= 1e-4) & (distance <= 2.5e-4)
@@ -271,9 +262,9 @@ def check_qlinear_guard_band():
             assert np.array_equal(y[band], expected[band]), what
             outside = distance > 1e-4
             assert np.array_equal(y[outside], expected[outside]), what
-            stock = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            stock = make_session(model, library=False).run(None, {"X": x})[0]
             ties = ~outside
-            assert np.array_equal(y[ties], stock.run(None, {"X": x})[0][ties]), f"{what}: differs from stock at ties"
+            assert np.array_equal(y[ties], stock[ties]), f"{what}: differs from stock at ties"
 
 
 CHECKS = [
@@ -289,64 +280,14 @@ def test_streaming(check):
     check()
 
 
-def _isas():
-    if platform.machine() in ("aarch64", "arm64"):
-        # neon is baseline there, nothing to read (and under qemu-user /proc/cpuinfo is the x86-64 host's)
-        return ["portable", "neon"]
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    isas = ["portable"]
-    if {"avx2", "fma", "f16c"} <= flags:
-        isas.append("avx2")
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        isas.append("avx512")
-    return isas
+def check_all():
+    """Every check (rerun_on_isa runs this with each ISA forced). Returns the number of checks."""
+    for check in CHECKS:
+        check()
+    return len(CHECKS)
 
 
-def isa_env(isa):
-    """The environment of a subprocess that loads the onnx_pools under test, and tests/, with ONNX_POOLS_ISA=isa (read
-    when the library loads)."""
-    env = dict(os.environ, ONNX_POOLS_ISA=isa)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [package_root, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    return env
-
-
-def check_on_isa(isa, module, cases):
-    """Runs tests/`module`.check_all() in a subprocess with ONNX_POOLS_ISA=isa (read when the library loads), on the
-    onnx_pools under test, and asserts that it checked `cases` cases on that path."""
-    env = isa_env(isa)
-    script = (
-        f"import onnx_pools, {module} as m\n"
-        f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
-        "m.check_all()\n"
-        "print('checked', len(m.cases()), 'cases on', onnx_pools.active_isa())\n"
-    )
-    r = subprocess.run([sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True)
-    assert r.returncode == 0, f"ISA {isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
-    assert f"checked {cases} cases on {isa}" in r.stdout, r.stdout[-3000:]
-
-
-@pytest.mark.parametrize("isa", _isas())
+@pytest.mark.parametrize("isa", cpu_isas())
 def test_streaming_on_every_isa(isa):
-    """The same checks with the instruction set forced (ONNX_POOLS_ISA is read when the library loads)."""
-    env = isa_env(isa)
-    script = (
-        "import onnx_pools, test_streaming as t\n"
-        f"assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()\n"
-        "for check in t.CHECKS: check()\n"
-        "print('STREAMING-OK')\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", script], cwd=TESTS_DIR, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert r.returncode == 0 and "STREAMING-OK" in r.stdout, f"{isa}:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+    """The same checks with each other instruction set forced."""
+    assert rerun_on_isa(isa, "test_streaming") == str(len(CHECKS))

@@ -5,11 +5,12 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.h"
 #include "geometry/pool_geometry.h"
+#include "kernels/kernels.h"
 
 namespace onnx_pools {
 namespace {
@@ -314,21 +315,27 @@ class LpPool final : public OpKernel {
 
 class QLinearAveragePool final : public OpKernel {
  public:
-  QLinearAveragePool(std::string op, const ElementType& type, const AttributeReader& attrs)
+  QLinearAveragePool(std::string op, const ElementType& type, const AttributeReader& attrs,
+                     std::optional<QLinearParams> fixed = std::nullopt)
       : op_(std::move(op)),
         type_(type),
         attrs_(read_pool_attributes(attrs, op_.c_str())),
         count_include_pad_(read_flag(attrs, "count_include_pad", op_)),
-        channels_last_(read_flag(attrs, "channels_last", op_)) {}
+        channels_last_(read_flag(attrs, "channels_last", op_)),
+        fixed_(fixed) {}
 
   void compute(OrtKernelContext* ctx) override {
     const Tensor x = input(ctx, 0);
     require_rank(x, op_);
     QLinearParams q{};
-    q.x_scale = scale(ctx, 1, "x_scale");
-    q.x_zero_point = zero_point(ctx, 2, "x_zero_point");
-    q.y_scale = scale(ctx, 3, "y_scale");
-    q.y_zero_point = zero_point(ctx, 4, "y_zero_point");
+    if (fixed_) {
+      q = *fixed_;
+    } else {
+      q.x_scale = scale(ctx, 1, "x_scale");
+      q.x_zero_point = zero_point(ctx, 2, "x_zero_point");
+      q.y_scale = scale(ctx, 3, "y_scale");
+      q.y_zero_point = zero_point(ctx, 4, "y_zero_point");
+    }
     q.count_include_pad = count_include_pad_;
 
     const PoolGeometry g = windowed_geometry(attrs_, spatial_dims(x.shape, channels_last_), op_.c_str());
@@ -391,6 +398,7 @@ class QLinearAveragePool final : public OpKernel {
   const ElementType& type_;  // its index is the QuantType
   PoolAttributes attrs_;
   bool count_include_pad_, channels_last_;
+  std::optional<QLinearParams> fixed_;
 };
 
 // ---- the op table ---------------------------------------------------------------------------------------------
@@ -467,6 +475,11 @@ std::unique_ptr<OpKernel> create_kernel(const OpDefinition& def, ONNXTensorEleme
   }
   const KernelInfoAttributes attrs(info, op);
   return def.create(op, type, attrs);
+}
+
+std::unique_ptr<OpKernel> create_fixed_qlinear_average_pool(const std::string& op, ONNXTensorElementDataType type,
+                                                            const AttributeReader& attrs, const QLinearParams& params) {
+  return std::make_unique<QLinearAveragePool>(op, element_type(type, TypeFamily::Quant), attrs, params);
 }
 
 void infer_output_shape(const OpDefinition& def, OrtShapeInferContext* ctx) {

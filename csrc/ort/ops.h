@@ -1,15 +1,19 @@
 // The ops: one row each in op_table() (ops.cc), with what each reads from the node, how it checks its inputs, and
 // how it splits work over ORT's intra-op threads. The arithmetic lives in the kernels (kernels.h).
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "ort/attributes.h"
 #include "kernels/common/element_types.h"
+#include "ort/attributes.h"
 #include "ort/ort_api.h"
 
 namespace onnx_pools {
+
+struct QLinearParams;
 
 class OpKernel {
  public:
@@ -57,5 +61,17 @@ std::unique_ptr<OpKernel> create_kernel(const OpDefinition& def, ONNXTensorEleme
 
 // Exact output shape at load time; leaves the shape unknown when the input's is or the attributes don't fit.
 void infer_output_shape(const OpDefinition& def, OrtShapeInferContext* ctx);
+
+// Sets g_ort (GetApi(kOrtApiVersion)) and the optional entry points of newer ORT versions; both entry points (custom
+// ops, plugin EP) call it first. nullptr, or the error to return to ORT.
+OrtStatus* init_ort_api(const OrtApiBase* api_base);
+
+// The calls of op_table()[row] in this process, counted by both entry points.
+std::atomic<uint64_t>& call_counter(size_t row);
+
+// QLinearAveragePool with its quantization parameters fixed at load (the plugin EP's fused DequantizeLinear ->
+// AveragePool -> QuantizeLinear): reads only input X. attrs are AveragePool's.
+std::unique_ptr<OpKernel> create_fixed_qlinear_average_pool(const std::string& op, ONNXTensorElementDataType type,
+                                                            const AttributeReader& attrs, const QLinearParams& params);
 
 }  // namespace onnx_pools

@@ -35,13 +35,15 @@ void check(OrtStatus* status) {
   throw Error(message);
 }
 
-namespace {
-
 // Calls of each op of op_table(), by row.
-std::atomic<uint64_t>* call_counters() {
+static std::atomic<uint64_t>* call_counters() {
   static const std::unique_ptr<std::atomic<uint64_t>[]> counters(new std::atomic<uint64_t>[op_table().size()]());
   return counters.get();
 }
+
+std::atomic<uint64_t>& call_counter(size_t row) { return call_counters()[row]; }
+
+namespace {
 
 // What ORT holds for one node: the kernel and the op it counts as.
 struct NodeKernel {
@@ -91,7 +93,7 @@ struct CustomOp : OrtCustomOp {
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
       return guarded([&] {
         const CustomOp& me = self(op);
-        *kernel = new NodeKernel{&call_counters()[me.def - op_table().data()], create_kernel(*me.def, me.type, info)};
+        *kernel = new NodeKernel{&call_counter(me.def - op_table().data()), create_kernel(*me.def, me.type, info)};
       });
     };
     KernelComputeV2 = [](void* kernel, OrtKernelContext* ctx) {
@@ -184,10 +186,12 @@ std::set<std::string> name_list(const std::string& value, const std::set<std::st
 bool taken_by_default(const OpDefinition& def) { return std::string(def.domain).empty(); }
 
 // The ops this session takes over. Default: the ops of the standard domain. "all", or a comma-separated list of
-// names, in the session config entry also takes com.microsoft's: ORT registers a custom op domain at opset
-// version 1000, and a model that does not import com.microsoft then gets that version, under which ORT's own
-// com.microsoft fusions (FusedConv, ...) no longer resolve. Models that use QLinearAveragePool import the domain
-// and are unaffected.
+// names, in the session config entry also takes com.microsoft's, which only a model that imports com.microsoft
+// survives: ORT's CreateCustomRegistry registers a custom op domain for opset versions 1 to 1000, a model that
+// does not import com.microsoft then gets version 1000 for it, and the com.microsoft nodes ORT's own optimizations
+// create at level EXTENDED and above (QLinearGlobalAveragePool, QLinearAdd, ... from QDQ units, FusedConv) are
+// looked up at that version and not found. Nothing a library registers changes that version, and this function
+// cannot see the model: the Python loader refuses such selections without a model that imports the domain.
 std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   std::set<std::string> all, standard;
   for (const OpDefinition& def : op_table()) {
@@ -303,11 +307,7 @@ ShapeReferenceFn find_shape_reference(const OrtApiBase* api_base) {
 
 }  // namespace
 
-}  // namespace onnx_pools
-
-using namespace onnx_pools;
-
-ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+OrtStatus* init_ort_api(const OrtApiBase* api_base) {
   // The C API version the library needs (kOrtApiVersion, 21), not the one of the headers it was built against:
   // newer functions are asked for only through GetApi(N) of the version that declares them.
   const OrtApi* api = api_base->GetApi(kOrtApiVersion);
@@ -323,6 +323,15 @@ ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* o
   // (asked only where it exists: older ORT prints a message for an API version it does not have)
   static const ShapeReferenceFn shape_reference = ort_1_24 ? find_shape_reference(api_base) : nullptr;
   g_shape_reference = shape_reference;
+  return nullptr;
+}
+
+}  // namespace onnx_pools
+
+using namespace onnx_pools;
+
+ONNX_POOLS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+  if (OrtStatus* status = init_ort_api(api_base)) return status;
   return guarded([&] { register_ops(options); });
 }
 

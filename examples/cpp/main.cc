@@ -1,12 +1,16 @@
 // onnx-pools from C++: register libonnx_pools.so into Ort::SessionOptions, run bundled models, check the outputs
 // against stock ONNX Runtime (the same model in a session without the library) and check that the library's
-// kernel ran (its call counter, read from the copy of the library ORT loaded).
+// kernel ran (its call counter, read from the copy of the library ORT loaded). Both routes: the custom-op library
+// (every ONNX Runtime from 1.21) and, with ONNX Runtime 1.24 or newer, the same file as a plugin execution provider.
 //
 //   onnx_pools_example /path/to/libonnx_pools.so /path/to/models
 //
 // Exit status 0 when every check passed.
 #include <dlfcn.h>
 
+// The headers may be newer than the runtime (the EP calls need headers of C API 24 or newer): the C++ wrappers are
+// initialised with the newest C API the running ONNX Runtime has that this program needs (main()).
+#define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -73,8 +78,26 @@ int main(int argc, char** argv) {
   };
   const Case cases[] = {{"cnn_gap_f32.onnx", "GlobalAveragePool", {1, 8, 16, 16}},
                         {"cnn_lppool2d_f32.onnx", "LpPool", {1, 8, 16, 16}}};
+  int major = 0, minor = 0;
+  std::sscanf(OrtGetApiBase()->GetVersionString(), "%d.%d", &major, &minor);
+  const bool ep_route = major > 1 || minor >= 24;  // plugin EPs with kernel registries: ONNX Runtime 1.24
+  const OrtApi* api = OrtGetApiBase()->GetApi(ep_route ? 24 : 21);
+  if (api == nullptr) {
+    std::fprintf(stderr, "needs ONNX Runtime 1.21 or newer\n");
+    return 1;
+  }
+  Ort::InitApi(api);
   try {
     Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "onnx-pools-example");
+    // The plugin-EP route: the library registered once per process as an execution provider library; its device
+    // is then appended to a session's options (with provider options, all optional).
+    std::vector<Ort::ConstEpDevice> ep_device;
+    if (ep_route) {
+      env.RegisterExecutionProviderLibrary("onnx_pools", library);
+      for (const Ort::ConstEpDevice& device : env.GetEpDevices())
+        if (std::string(device.EpName()) == "OnnxPoolsExecutionProvider") ep_device = {device};
+      if (ep_device.empty()) throw std::runtime_error("no OnnxPoolsExecutionProvider device");
+    }
     std::printf("onnxruntime %s\n", Ort::GetVersionString().c_str());
     std::mt19937 rng(0);
     std::normal_distribution<float> normal;
@@ -94,21 +117,36 @@ int main(int argc, char** argv) {
       std::vector<float> x(n);
       for (float& v : x) v = normal(rng);
 
-      Counters counters(library);
-      const uint64_t before = counters.calls(c.op);
-      const std::vector<float> y = run(env, models + "/" + c.file, with_library, x, c.shape);
-      const uint64_t ran = counters.calls(c.op) - before;
       const std::vector<float> expected = run(env, models + "/" + c.file, stock, x, c.shape);
-
-      float diff = y.size() == expected.size() ? 0.0f : INFINITY, scale = 0.0f;
-      for (size_t i = 0; i < y.size() && i < expected.size(); ++i) {
-        diff = std::max(diff, std::fabs(y[i] - expected[i]));
-        scale = std::max(scale, std::fabs(expected[i]));
+      struct Route {
+        const char* name;
+        const Ort::SessionOptions* options;
+      };
+      std::vector<Route> routes = {{"custom-op library", &with_library}};
+      Ort::SessionOptions with_ep;
+      if (ep_route) {
+        // optional provider options: "ort_layout" = "0" takes Conv-fed float32 global pools too (as above),
+        // "ops" a comma-separated list, "float16" = "auto" | "all", "qdq" = "1" | "0"
+        with_ep.AppendExecutionProvider_V2(env, ep_device, std::unordered_map<std::string, std::string>{
+                                                               {"ort_layout", "0"}});
+        routes.push_back({"execution provider", &with_ep});
       }
-      const bool ok = ran == 1 && diff <= 1e-5f * std::max(scale, 1.0f);
-      std::printf("%s: %s, %zu outputs, library %s kernel runs %llu, max |diff| vs stock ORT %.3g: %s\n", c.file, c.op,
-                  y.size(), c.op, static_cast<unsigned long long>(ran), diff, ok ? "ok" : "FAILED");
-      failures += !ok;
+      for (const Route& route : routes) {
+        Counters counters(library);
+        const uint64_t before = counters.calls(c.op);
+        const std::vector<float> y = run(env, models + "/" + c.file, *route.options, x, c.shape);
+        const uint64_t ran = counters.calls(c.op) - before;
+        float diff = y.size() == expected.size() ? 0.0f : INFINITY, scale = 0.0f;
+        for (size_t i = 0; i < y.size() && i < expected.size(); ++i) {
+          diff = std::max(diff, std::fabs(y[i] - expected[i]));
+          scale = std::max(scale, std::fabs(expected[i]));
+        }
+        const bool ok = ran == 1 && diff <= 1e-5f * std::max(scale, 1.0f);
+        std::printf("%s (%s): %s, %zu outputs, library %s kernel runs %llu, max |diff| vs stock ORT %.3g: %s\n",
+                    c.file, route.name, c.op, y.size(), c.op, static_cast<unsigned long long>(ran), diff,
+                    ok ? "ok" : "FAILED");
+        failures += !ok;
+      }
     }
     if (failures) return 1;
     std::printf("all ok\n");

@@ -1,0 +1,5 @@
+import sys
+
+from onnx_pools.bench import main
+
+sys.exit(main())

@@ -1,0 +1,109 @@
+"""What the benchmark times besides the library: ONNX Runtime sessions run through IOBinding, and the optional
+engines (PyTorch, OpenVINO), imported only when installed and asked for."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+
+import onnx_pools
+from onnx_pools.ortvalues import from_ortvalue, to_ortvalue
+
+__all__ = [
+    "bound_runner",
+    "openvino_module",
+    "openvino_runner",
+    "ort_session",
+    "python_path_env",
+    "torch_module",
+]
+
+
+@functools.cache
+def _optional_import(name: str) -> ModuleType | None:
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+def torch_module() -> Any:
+    """torch, or None when not installed (its columns then read "-"); imported on first use (~3 s)."""
+    return _optional_import("torch")
+
+
+def openvino_module() -> Any:
+    """openvino, or None when not installed (its column then reads "-")."""
+    return _optional_import("openvino")
+
+
+def ort_session(model: bytes, library: bool, threads: int) -> Any:
+    """A sequential CPU session of the model at `threads` intra-op threads: with the library registered for the
+    model (onnx_pools.session_options(model=...)), or stock."""
+    import onnxruntime as ort
+
+    so = onnx_pools.session_options(model=model) if library else ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def bound_runner(sess: Any, x: np.ndarray) -> tuple[Callable[[], Any], np.ndarray]:
+    """IOBinding with pre-created input and output OrtValues (ORT's per-call overhead is then small; bfloat16
+    through onnx_pools.ortvalues): (a function running the session once, its output after a first run)."""
+    xin = to_ortvalue(x)
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", xin)
+    binding.bind_output("Y")
+    sess.run_with_iobinding(binding)
+    yv = binding.get_outputs()[0]
+    binding.bind_ortvalue_output("Y", yv)  # the first run's output, reused by every later run
+    keep = (sess, xin, yv, binding)  # the OrtValues and the session live as long as the function
+
+    def run() -> Any:
+        sess.run_with_iobinding(binding)
+        return keep
+
+    run()
+    return run, from_ortvalue(yv)
+
+
+def openvino_runner(model: bytes, x: np.ndarray, threads: int) -> tuple[Callable[[], Any], np.ndarray]:
+    """The one-node model compiled for OpenVINO's CPU plugin at `threads` inference threads with the latency hint:
+    (a function running one inference on x, its output). Raises when OpenVINO cannot read or compile the model."""
+    ov = openvino_module()
+    core = ov.Core()
+    compiled = core.compile_model(
+        core.read_model(model=model),
+        "CPU",
+        {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"},
+    )
+    request = compiled.create_infer_request()
+    request.set_input_tensor(ov.Tensor(x, shared_memory=True))
+    request.infer()
+    y = np.array(request.get_output_tensor().data, copy=True)
+
+    def run() -> Any:
+        request.infer()
+        return request
+
+    return run, y
+
+
+def python_path_env(env: dict[str, str]) -> dict[str, str]:
+    """env for a child `python -m onnx_pools...` that imports the package this process imported and loads the
+    library this process loaded: PYTHONPATH = the package's parent folder, then this process's sys.path;
+    ONNX_POOLS_LIBRARY = this process's library unless env names another build already."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
+    paths = [package_root] + [os.path.abspath(p) for p in sys.path if p]
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env.setdefault("ONNX_POOLS_LIBRARY", onnx_pools.get_library_path())
+    return env

@@ -1,0 +1,280 @@
+"""--whole-models: whole models, stock ONNX Runtime vs the library: does registering onnx-pools ever make a model
+slower?
+
+Models: the whole-model benchmark set of the bundled models (every one whose batch dimension is symbolic:
+ResNet-like with a GlobalAveragePool head, VGG-like with a GlobalMaxPool head, a CNN with two LpPools,
+Inception-style quantized networks with 9 QLinearAveragePool, uint8 and int8); --all-models adds the small
+fixed-shape demo models. The batch is chosen at run time (--batch). Each model is run by four sessions:
+  * stock:    a plain session,
+  * lib:      onnx_pools.session_options(model=...) (the recommended way: ORT keeps the global pools it takes into
+              its NCHWc layout),
+  * plain:    so.register_custom_ops_library(onnx_pools.get_library_path()) alone (no model-based choice),
+  * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere),
+  * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
+Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
+pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
+turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
+Reported: the median over rounds, the spread (25th-75th percentile of the rounds, as a percentage of the median),
+and ratios stock / session of the medians with the 25th-75th percentile of the per-round ratios. The layout nodes of
+each optimised graph (ReorderInput / ReorderOutput, com.microsoft.nchwc ops, Transpose) are listed: a custom pool
+that ORT cannot take into its blocked layout shows up as a ReorderOutput of the pool's whole input. --profile adds,
+per session, ORT's profile of 10 runs summed by op type (ms per run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import Counter, defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+import onnx_pools
+from onnx_pools.bench.timing import time_runs
+from onnx_pools.model_tools import default_models_dir
+
+__all__ = ["ENGINES", "whole_models_table"]
+
+ENGINES: tuple[str, ...] = ("stock", "lib", "plain", "lib-all")
+NP_TYPES: dict[str, Any] = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(uint8)": np.uint8,
+    "tensor(int8)": np.int8,
+}
+SPIN_SETTLE_S = 0.02
+# Runs of each session before its turn length is chosen (from the fastest of 3 more): the first runs are still
+# slow at 2 threads (allocations, the pool's first wake-ups), and a turn length taken from them gave a session 1-3
+# runs per turn, each right after a pause.
+WARMUP_RUNS = 5
+TURN_S = 0.03
+
+
+def _engines() -> tuple[str, ...]:
+    """ENGINES, and with onnxruntime >= 1.24 the plugin-EP route: onnx_pools.ep_session_options() (its defaults)."""
+    import onnxruntime as ort
+
+    version = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    return ENGINES + (("ep",) if version >= (1, 24) else ())
+
+
+def model_files(include_all: bool, substrings: list[str] | None) -> list[tuple[str, bytes, bool]]:
+    """(name, bytes, symbolic batch?) of the models to run."""
+    import onnx
+
+    out = []
+    for path in sorted(default_models_dir().glob("*.onnx")):
+        if substrings and not any(s in path.name for s in substrings):
+            continue
+        m = onnx.load(str(path), load_external_data=False)
+        dims = m.graph.input[0].type.tensor_type.shape.dim
+        symbolic = bool(dims) and dims[0].HasField("dim_param")
+        if symbolic or include_all or substrings:
+            out.append((path.name, path.read_bytes(), symbolic))
+    return out
+
+
+def _feeds(sess: Any, batch: int | None, rng: np.random.Generator) -> dict[str, np.ndarray] | None:
+    feeds = {}
+    for i in sess.get_inputs():
+        if i.type not in NP_TYPES:
+            return None  # e.g. bfloat16
+        shape = [d if isinstance(d, int) else batch or 1 for d in i.shape]
+        dtype = np.dtype(NP_TYPES[i.type])
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            feeds[i.name] = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def _options(
+    engine: str, model: bytes, threads: int, optimized_path: str | None = None, profile_prefix: str | None = None
+) -> Any:
+    import onnxruntime as ort
+
+    if engine == "stock":
+        so = ort.SessionOptions()
+    elif engine == "ep":
+        so = onnx_pools.ep_session_options()
+    elif engine == "plain":
+        so = ort.SessionOptions()
+        so.register_custom_ops_library(onnx_pools.get_library_path())
+    else:
+        so = onnx_pools.session_options(model=model, ort_layout=(engine == "lib"))
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return so
+
+
+def layout_nodes(path: str) -> str:
+    """Layout nodes of an optimised graph; a ReorderOutput is named with the ops reading its output, which tells a
+    conversion of a pooled output (-> Flatten) from one of a pool's whole input (-> GlobalMaxPool)."""
+    import onnx
+
+    m = onnx.load(path)
+    consumers = defaultdict(list)
+    for n in m.graph.node:
+        for i in n.input:
+            consumers[i].append(n.op_type)
+
+    def label(n: Any) -> str:
+        if n.op_type == "ReorderOutput":
+            return f"ReorderOutput(->{'+'.join(sorted(consumers[n.output[0]])) or 'output'})"
+        return str(n.op_type) + ("(nchwc)" if n.domain == "com.microsoft.nchwc" and n.op_type != "ReorderInput" else "")
+
+    c = Counter(
+        label(n)
+        for n in m.graph.node
+        if n.op_type.startswith("Reorder") or n.domain == "com.microsoft.nchwc" or n.op_type == "Transpose"
+    )
+    return ", ".join(f"{k} x{v}" for k, v in sorted(c.items())) or "none"
+
+
+def _profile(model: bytes, engine: str, threads: int, feeds: dict[str, np.ndarray], tmp: str) -> dict[str, float]:
+    """{op type: ms per run} from ORT's profiler over 10 runs (after one warm-up run)."""
+    import onnxruntime as ort
+
+    runs = 10
+    sess = ort.InferenceSession(model, _options(engine, model, threads, profile_prefix=os.path.join(tmp, engine)))
+    for _ in range(runs + 1):
+        sess.run(None, feeds)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    per_op: dict[str, float] = defaultdict(float)
+    kernel_events = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    for e in kernel_events[len(kernel_events) // (runs + 1) :]:  # drop the warm-up run
+        per_op[e["args"].get("op_name", "?")] += e["dur"] / 1e3 / runs
+    return dict(per_op)
+
+
+def time_sessions(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, list[float]]:
+    """{engine: [per-round median seconds]} from interleaved rounds."""
+
+    def runner(session: Any) -> Callable[[], Any]:
+        return lambda: session.run(None, feeds)
+
+    runs = {e: runner(s) for e, s in sessions.items()}
+    reps = {}
+    for e, run in runs.items():
+        fastest, _ = time_runs(run, runs=3, warmup=WARMUP_RUNS)
+        reps[e] = max(1, min(20, int(TURN_S / max(min(fastest), 1e-6))))
+    per_round: dict[str, list[float]] = {e: [] for e in sessions}
+    order = list(sessions)
+    for r in range(rounds):
+        for e in order[r % len(order) :] + order[: r % len(order)]:
+            # the untimed run wakes the session's pool threads, asleep since the pause
+            samples, _ = time_runs(runs[e], runs=reps[e], warmup=1)
+            per_round[e].append(statistics.median(samples))
+            # a multi-threaded session's idle pool threads spin for a while after its run; the pause lets them go
+            # to sleep before the next session runs (else they take its cores)
+            time.sleep(SPIN_SETTLE_S)
+    return per_round
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def whole_models_table(
+    thread_counts: list[int],
+    batches: list[int],
+    rounds: int,
+    substrings: list[str] | None,
+    include_all: bool,
+    profile: bool,
+) -> tuple[str, bool]:
+    """(markdown, the library's kernels ran in every lib session of a model with pooling nodes)."""
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
+    rng = np.random.default_rng(0)
+    engines = _engines()
+    columns = ["model", "batch", "threads", *(f"{e} ms" for e in engines), "spread % " + "/".join(engines)]
+    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib-all kernel ran"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
+    layouts_seen: dict[str, dict[str, str]] = {}
+    profiles = []
+    ok_all = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, model, symbolic in model_files(include_all, substrings):
+            batch_sizes: list[int | None] = list(batches) if symbolic else [None]
+            for batch in batch_sizes:
+                for t in thread_counts:
+                    sessions, layouts = {}, {}
+                    try:
+                        for e in engines:
+                            path = os.path.join(tmp, f"{e}.onnx")
+                            sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
+                            layouts[e] = layout_nodes(path)
+                    except Exception as exc:  # e.g. a model stock ORT cannot run
+                        lines.append(f"| {name} | {batch or '-'} | {t} | {str(exc).splitlines()[0][:80]} |")
+                        break
+                    layouts_seen[name] = layouts
+                    feeds = _feeds(sessions["stock"], batch, rng)
+                    if feeds is None:
+                        break
+                    before = sum(onnx_pools.call_counts().values())
+                    sessions["lib-all"].run(None, feeds)
+                    ran = sum(onnx_pools.call_counts().values()) > before
+                    ok_all &= ran
+                    rs = time_sessions(sessions, feeds, rounds)
+                    med = {e: statistics.median(v) * 1e3 for e, v in rs.items()}
+                    spread = {
+                        e: 100 * (_percentile(v, 75) - _percentile(v, 25)) / statistics.median(v) for e, v in rs.items()
+                    }
+                    cells = []
+                    for e in engines[1:]:
+                        paired = [s / x for s, x in zip(rs["stock"], rs[e])]
+                        ratios[e].append(med["stock"] / med[e])
+                        cells.append(
+                            f"{med['stock'] / med[e]:.2f} ({_percentile(paired, 25):.2f}-{_percentile(paired, 75):.2f})"
+                        )
+                    lines.append(
+                        f"| {name} | {batch or '-'} | {t} | "
+                        + " | ".join(f"{med[e]:.2f}" for e in engines)
+                        + " | "
+                        + "/".join(f"{spread[e]:.0f}" for e in engines)
+                        + " | "
+                        + " | ".join(cells)
+                        + f" | {'yes' if ran else 'NO'} |"
+                    )
+                    if profile:
+                        profiles.append((name, batch, t, {e: _profile(model, e, t, feeds, tmp) for e in engines}))
+                    del sessions
+    lines.append("")
+    for e, v in ratios.items():
+        if v:
+            lines.append(
+                f"- {e} vs stock: geomean {np.exp(np.mean(np.log(v))):.3f}, worst {min(v):.3f}, best {max(v):.3f} "
+                f"over {len(v)} model x batch x thread runs"
+            )
+    lines += ["", "Layout nodes of the optimised graphs (ORT_ENABLE_ALL):", ""]
+    lines += ["| model | " + " | ".join(engines) + " |", "|" + "---|" * (len(engines) + 1)]
+    for name, layouts in layouts_seen.items():
+        lines.append(f"| {name} | " + " | ".join(layouts[e] for e in engines) + " |")
+    if profiles:
+        lines += ["", "ORT profile, ms per run by op type (10 runs; ops above 2% of stock or differing by > 0.05 ms):"]
+        for name, batch, t, prof in profiles:
+            total = {e: sum(p.values()) for e, p in prof.items()}
+            lines += ["", f"{name}, batch {batch or '-'}, {t} thread(s): total "]
+            lines[-1] += ", ".join(f"{e} {total[e]:.2f}" for e in engines)
+            ops = sorted(set().union(*prof.values()), key=lambda o: -max(p.get(o, 0) for p in prof.values()))
+            for op in ops:
+                vals = [prof[e].get(op, 0.0) for e in engines]
+                if max(vals) > 0.02 * total["stock"] or max(vals) - min(vals) > 0.05:
+                    lines.append(f"    {op:32s} " + "  ".join(f"{e} {v:7.2f}" for e, v in zip(engines, vals)))
+    return "\n".join(lines) + "\n", ok_all

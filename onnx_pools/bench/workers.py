@@ -1,0 +1,135 @@
+"""Timing workers: one process per instruction set (ONNX_POOLS_ISA forced when it loads the library), and with
+--baseline one more per instruction set running another build of the library, so that every path and build is
+timed in the same interleaved rounds. Run as `python -m onnx_pools.bench.workers` by IsaWorker; messages are
+pickles on stdin / stdout."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from typing import Any, Callable
+
+import onnx_pools
+from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env
+from onnx_pools.bench.timing import time_runs
+
+__all__ = ["ISA_ORDER", "IsaWorker", "engine_of", "start_workers", "stop_all"]
+
+ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
+
+
+def _serve() -> int:
+    """The worker's loop: builds library sessions for the cases the parent sends and times them when asked."""
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write to the reply stream
+
+    def send(value: Any) -> None:
+        pickle.dump(value, replies, protocol=pickle.HIGHEST_PROTOCOL)
+        replies.flush()
+
+    runners: dict[tuple[Any, ...], Callable[[], Any]] = {}
+    while True:
+        try:
+            msg = pickle.load(requests)
+        except EOFError:
+            return 0
+        kind = msg[0]
+        if kind == "isa":
+            send(onnx_pools.active_isa())
+        elif kind == "setup":  # (a key: kept beside the sessions of other keys, for --spread)
+            _, model, x, threads, *key = msg
+            if not key:
+                runners.clear()
+            outputs = {}
+            for t in threads:
+                run, y = bound_runner(ort_session(model, True, t), x)
+                run()
+                runners[(*key, t)] = run
+                outputs[t] = y
+            send(outputs)
+        elif kind == "time":
+            _, op, t, target, min_runs, sample_s, *key = msg
+            before = onnx_pools.call_counts()[op]
+            samples, calls = time_runs(runners[(*key, t)], target, min_runs, sample_s=sample_s)
+            send((samples, onnx_pools.call_counts()[op] - before == calls))
+        elif kind == "clear":
+            runners.clear()
+            send(None)
+        else:
+            return 0
+
+
+class IsaWorker:
+    """A worker process with ONNX_POOLS_ISA=isa; with `library`, that build of the library instead of the one this
+    process loaded (python_path_env)."""
+
+    def __init__(self, isa: str, library: str | None = None) -> None:
+        env = dict(os.environ, ONNX_POOLS_ISA=isa)
+        self.baseline = library is not None
+        if library is not None:
+            env["ONNX_POOLS_LIBRARY"] = os.path.abspath(library)
+        else:
+            env.pop("ONNX_POOLS_LIBRARY", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "onnx_pools.bench.workers"],
+            env=python_path_env(env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self.requested = isa
+        self.isa: str | None = None  # asked by start_workers once every worker has started (side by side)
+
+    def call(self, *msg: Any) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        pickle.dump(msg, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self.process.stdin.flush()
+        try:
+            return pickle.load(self.process.stdout)
+        except EOFError:
+            raise RuntimeError(f"the benchmark's worker process exited (code {self.process.wait()})") from None
+
+    def stop(self) -> None:
+        try:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        finally:
+            self.process.wait(timeout=30)
+
+
+def start_workers(requested: list[str], baseline: str | None = None) -> list[IsaWorker]:
+    """One worker per requested ISA the CPU runs (in ISA_ORDER), and with `baseline` (another build of the library)
+    a second one per ISA running that build; ISAs the CPU lacks are reported and left out."""
+    started = []
+    for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99):
+        started.append(IsaWorker(isa))
+        if baseline:
+            started.append(IsaWorker(isa, baseline))
+    workers = []
+    for w in started:
+        w.isa = w.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
+        if w.isa != w.requested:
+            if not w.baseline:
+                print(
+                    f"  ISA {w.requested}: not available on this CPU (the library chose {w.isa}); left out",
+                    file=sys.stderr,
+                )
+            w.stop()
+            continue
+        workers.append(w)
+    return workers
+
+
+def stop_all(workers: list[IsaWorker]) -> None:
+    for w in workers:
+        w.stop()
+
+
+def engine_of(worker: IsaWorker) -> str:
+    """The worker's engine name in the timing tables: its ISA, "baseline:ISA" for the baseline build."""
+    return ("baseline:" if worker.baseline else "") + str(worker.isa)
+
+
+if __name__ == "__main__":
+    sys.exit(_serve())

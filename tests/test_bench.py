@@ -1,0 +1,209 @@
+"""The benchmark (onnx_pools.bench): every mode run with --small in a subprocess from a folder outside the checkout,
+as from an installed wheel; each must run the library's kernel (its call counter, the "kernel ran" column) and
+print its table's columns. No timing is asserted."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import onnx_pools
+from onnx_pools.bench.report import (
+    HEADLINE_CASES,
+    README_BEGIN,
+    README_END,
+    TABLES_BEGIN,
+    TABLES_END,
+    readme_summary,
+    rewrite_readme,
+    write_tables,
+)
+
+
+def _env():
+    env = dict(os.environ)
+    # the onnx_pools this process imported (installed package or a built checkout), never an unbuilt source tree
+    root = os.path.dirname(os.path.dirname(os.path.abspath(onnx_pools.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("ONNX_POOLS_ISA", None)
+    return env
+
+
+def bench(tmp_path, *argv, module="onnx_pools.bench"):
+    """(exit status, stdout, stderr) of the benchmark run with --small from tmp_path."""
+    r = subprocess.run(
+        [sys.executable, "-m", *module.split(), *map(str, argv), "--small"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return r.returncode, r.stdout, r.stderr
+
+
+def tables(out):
+    """[(columns, rows of cells)] of the markdown tables in out."""
+    found, lines = [], out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            split = [[c.strip() for c in row.strip().strip("|").split("|")] for row in lines[i:] if row.startswith("|")]
+            rows = []
+            for row in split[2:]:
+                if len(row) != len(split[0]):
+                    break
+                rows.append(row)
+            found.append((split[0], rows))
+    return found
+
+
+def kernel_ran_everywhere(columns, rows, column="kernel ran"):
+    assert column in columns, columns
+    assert rows, "the table has no rows"
+    k = columns.index(column)
+    return all(row[k] == "yes" for row in rows)
+
+
+def test_table_with_baseline_json_markdown_and_readme(tmp_path):
+    """The default table: every ISA the CPU runs, the library against itself as --baseline (the same bits), the
+    JSON and markdown files, and the README summary rewritten between its markers."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{README_BEGIN}\nold summary\n{README_END}\nafter\n")
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Performance\n\nmethod\n{TABLES_BEGIN}\nold tables\n{TABLES_END}\n")
+    code, out, err = bench(
+        tmp_path,
+        *("--cases", "GlobalMaxPool f32 1x8,LpPool 3x3 s1", "--threads", "1"),
+        *("--baseline", onnx_pools.get_library_path(), "--json", "b.json", "--markdown", page),
+        *("--readme", readme),
+    )
+    assert code == 0, err
+    ((columns, rows),) = tables(out)
+    assert columns[:7] == ["case", "ISA", "threads", "lib ms", "stock ms", "torch ms", "openvino ms"]
+    assert columns[-3:] == ["baseline ms", "speed-up vs baseline", "same bits as baseline"]
+    assert kernel_ran_everywhere(columns, rows, "lib kernel ran")
+    isas = {onnx_pools.active_isa(), "portable"}  # every ISA the CPU runs: at least the chosen one and portable
+    assert {row[1] for row in rows} >= isas and len(rows) == 3 * len({row[1] for row in rows})
+    assert {row[0] for row in rows} == {
+        "GlobalMaxPool f32 1x8x8x8",  # --small: at most 8 in every dimension, batch 1
+        "GlobalMaxPool f32 1x8x7x7",
+        "LpPool 3x3 s1 pad1 p=2 f32 1x8x8x8",
+    }
+    assert all(row[-1] == "yes" and float(row[-3]) > 0 for row in rows)
+    assert "read-bandwidth ceiling at 1 thread(s)" in out
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert len(data["results"]) == len(rows)
+    for r in data["results"]:  # a max is exact; LpPool's float32 rounding differs from ORT's in the last bits
+        assert r["lib_kernel_ok"] and r["lib_ms"] > 0
+        assert r["max_diff_vs_stock"] == 0.0 if r["op"] == "GlobalMaxPool" else r["max_diff_vs_stock"] < 1e-6
+    md = page.read_text()
+    assert md.startswith(f"# Performance\n\nmethod\n{TABLES_BEGIN}\n") and md.endswith(f"\n{TABLES_END}\n")
+    assert "old tables" not in md
+    assert "- CPU: " in md and "- date: " in md and f"onnx-pools {onnx_pools.__version__}" in md
+    assert "- read-bandwidth ceiling at 1 thread(s): " in md and tables(md)[0][0] == columns
+    text = readme.read_text()
+    assert text.startswith("# title\n\nbefore\n") and text.endswith(f"{README_END}\nafter\n")
+    assert "old summary" not in text
+    summary = text[text.index(README_BEGIN) : text.index(README_END)]
+    ((summary_columns, summary_rows),) = tables(summary)
+    assert summary_columns == ["case", "library ms", "vs stock ONNX Runtime", "vs PyTorch"]
+    # the headline cases among those run, at 1 thread on the first path
+    assert [row[0] for row in summary_rows] == ["GlobalMaxPool f32 1x8x8x8", "LpPool 3x3 s1 pad1 p=2 f32 1x8x8x8"]
+    assert all(row[2].endswith("x") and float(row[1]) > 0 for row in summary_rows)
+
+
+@pytest.mark.parametrize(
+    "mode, columns",
+    [
+        ("--scaling", ["case", "ISA", "threads", "lib ms (1 thread)", "lib ms", "scaling"]),
+        ("--spread", ["layout, shape", "ISA", "configuration", "lib ms", "vs the fastest"]),
+        ("--memory", ["case", "ISA", "threads", "input MiB", "output MiB", "peak above input + output, MiB"]),
+    ],
+)
+def test_worker_modes(tmp_path, mode, columns):
+    """The modes whose library runs in worker processes (here one ISA: portable), from outside the checkout."""
+    code, out, err = bench(tmp_path, mode, "--isa", "portable", "--threads", "2")
+    assert code == 0, err
+    ((got, rows),) = tables(out)
+    assert got[: len(columns)] == columns
+    assert kernel_ran_everywhere(got, rows)
+    assert {row[1] for row in rows} == {"portable"}
+
+
+@pytest.mark.parametrize(
+    "mode, columns, kernel_column",
+    [
+        ("--denormals", ["case", "type", "threads", "lib normal ms", "lib subnormal ms", "lib tiny ms"], None),
+        ("--whole-models", ["model", "batch", "threads", "stock ms", "lib ms"], "lib-all kernel ran"),
+        ("--qlinear-times", ["configuration", "threads", "lib min ms", "lib median ms"], "kernel ran"),
+        ("--in-cache", ["case", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
+    ],
+)
+def test_in_process_modes(tmp_path, mode, columns, kernel_column):
+    code, out, err = bench(tmp_path, mode, "--threads", "1")
+    assert code == 0, err
+    got, rows = tables(out)[0]
+    assert got[: len(columns)] == columns
+    assert kernel_ran_everywhere(got, rows, kernel_column or "lib kernel ran")
+
+
+def test_qlinear_times_with_baseline(tmp_path):
+    """--qlinear-times with --baseline: the other build's session in the same process, run alternately."""
+    code, out, err = bench(tmp_path, "--qlinear-times", "--threads", "1", "--baseline", onnx_pools.get_library_path())
+    assert code == 0, err
+    columns, rows = tables(out)[0]
+    assert columns[-3:] == ["baseline min ms", "baseline median ms", "baseline / lib, median of rounds"]
+    assert kernel_ran_everywhere(columns, rows) and len(rows) == 16
+
+
+def test_cli_bench_subcommand(tmp_path):
+    """`python -m onnx_pools bench` is the same benchmark; bad arguments are usage errors (exit 2)."""
+    code, out, err = bench(tmp_path, "bench", "--list", module="onnx_pools")
+    assert code == 0, err
+    assert "GlobalMaxPool f32 1x8x8x8" in out.splitlines()
+    code, _, err = bench(tmp_path, "bench", "--cases", "NoSuchOp", module="onnx_pools")
+    assert code == 2 and "no case matches" in err
+    code, _, err = bench(tmp_path, "bench", "--baseline", "/no/such/lib.so", module="onnx_pools")
+    assert code == 2 and "no such file" in err
+    code, _, err = bench(tmp_path, "bench", "--memory", "--readme", tmp_path / "R.md", module="onnx_pools")
+    assert code == 2 and "--readme" in err
+
+
+def test_rewrite_readme_replaces_only_between_markers(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(f"a\n{README_BEGIN}\nx\ny\n{README_END}\nb\n")
+    rewrite_readme(str(path), "new\n")
+    assert path.read_text() == f"a\n{README_BEGIN}\nnew\n{README_END}\nb\n"
+    rewrite_readme(str(path), "newer")
+    assert path.read_text() == f"a\n{README_BEGIN}\nnewer\n{README_END}\nb\n"
+    for broken in (f"a\n{README_BEGIN}\nx\n", f"{README_END}\n{README_BEGIN}\n", "no markers\n"):
+        path.write_text(broken)
+        with pytest.raises(ValueError):
+            rewrite_readme(str(path), "s")
+        assert path.read_text() == broken
+
+
+def test_markdown_into_a_new_file(tmp_path):
+    """--markdown naming a file without the perf-tables markers writes it whole, under a title."""
+    path = tmp_path / "new.md"
+    write_tables(str(path), "tables\n")
+    assert path.read_text() == "# onnx-pools benchmark\n\ntables\n"
+    write_tables(str(path), "others\n")
+    assert path.read_text() == "# onnx-pools benchmark\n\nothers\n"
+
+
+def test_readme_summary_at_most_ten_rows():
+    """One row per headline case measured, at 1 thread on the first path, however many rows the table has."""
+    env = {"cpu": "CPU X", "onnx_pools": "0.1.0", "onnxruntime": "1.0", "torch": None, "date": "2000-01-01"}
+    env["isa"] = "avx2"
+    results = [
+        {"case": f"{label} 1x2x3x4", "isa": isa, "threads": t, "lib_ms": 1.0, "speedup_vs_stock": 2.0}
+        for label in [*HEADLINE_CASES, "other"]
+        for isa in ("avx2", "portable")
+        for t in (1, 2)
+    ]
+    ((columns, rows),) = tables(readme_summary(env, results))
+    assert len(rows) == 10 and all(row[2] == "2.00x" and row[3] == "-" for row in rows)
+    assert "CPU X" in readme_summary(env, results) and "2000-01-01" in readme_summary(env, results)

@@ -1,0 +1,337 @@
+"""The plugin execution provider route (onnxruntime >= 1.24): the library's EP, registered with
+onnxruntime.register_execution_provider_library, takes every op / opset version / element type through its kernel
+registry, fuses QDQ average-pool units onto its QLinearAveragePool kernel, and makes the per-node choices in
+GetCapability. Results against the float64 references; call counters prove the EP's kernels ran (no custom-op
+library is registered in these sessions)."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_pools
+from helpers import IR_VERSION, rng_for, run_session
+from helpers import pool_model as make_model
+from reference import DTYPES, assert_close, global_average_pool, global_lp_pool, global_max_pool, lp_pool
+from reference_qlinear import near_tie, qlinear_average_pool
+
+QDTYPES = {"uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8)}
+ORT_VERSION = tuple(int(p) for p in ort.__version__.split(".")[:2])
+needs_ep = pytest.mark.skipif(ORT_VERSION < (1, 24), reason="plugin EP kernel registries need onnxruntime >= 1.24")
+
+
+def ep_session(model, threads=1, **choices):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    onnx_pools.ep_session_options(so, **choices)
+    return ort.InferenceSession(model.SerializeToString(), so)
+
+
+def calls(op, fn):
+    before = onnx_pools.call_counts()[op]
+    result = fn()
+    return result, onnx_pools.call_counts()[op] - before
+
+
+def schema_types(opset):
+    """Element types ONNX's pooling schemas allow at an opset: bfloat16 from opset 22."""
+    return ["float32", "float64", "float16"] + (["bfloat16"] if opset >= 22 else [])
+
+
+def sample(dtype, shape, key):
+    x64 = rng_for(*key).standard_normal(shape) * 2
+    return x64.astype(DTYPES[dtype])
+
+
+def as_f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+# (op, opset of the model, attrs, reference on float64)
+GLOBAL_CASES = [
+    (op, opset, fn)
+    for op, opsets, fn in [
+        ("GlobalAveragePool", (1, 21, 22), global_average_pool),
+        ("GlobalMaxPool", (1, 21, 22), global_max_pool),
+    ]
+    for opset in opsets
+]
+
+
+@needs_ep
+@pytest.mark.parametrize("op,opset,fn", GLOBAL_CASES)
+def test_global_pools_every_version_and_type(op, opset, fn):
+    for dtype in schema_types(opset):
+        x = sample(dtype, (2, 3, 5, 7), (op, opset, dtype))
+        sess = ep_session(make_model(op, opset, dtype, list(x.shape)))
+        (y,), n = calls(op, lambda: run_session(sess, {"X": x}))
+        assert n == 1, f"{op}-{opset} {dtype}: the EP's kernel ran {n} times"
+        assert_close(y, fn(as_f64(x)), dtype, what=f"{op}-{opset} {dtype}")
+
+
+# GlobalLpPool: version 1 (p a FLOAT), 2 (INT), 22; LpPool: 1 (FLOAT p), 2, 11, 18, 22.
+@needs_ep
+@pytest.mark.parametrize("opset", [1, 2, 21, 22])
+def test_global_lp_pool_every_version_and_type(opset):
+    p = 3.0 if opset == 1 else 3
+    for dtype in schema_types(opset):
+        x = sample(dtype, (2, 3, 4, 6), ("GlobalLpPool", opset, dtype))
+        sess = ep_session(make_model("GlobalLpPool", opset, dtype, list(x.shape), {"p": p}))
+        (y,), n = calls("GlobalLpPool", lambda: run_session(sess, {"X": x}))
+        assert n == 1
+        assert_close(y, global_lp_pool(as_f64(x), 3), dtype, scale=3.0, what=f"GlobalLpPool-{opset} {dtype}")
+
+
+@needs_ep
+@pytest.mark.parametrize("opset", [1, 2, 10, 11, 17, 18, 21, 22])
+def test_lp_pool_every_version_and_type(opset):
+    attrs = {"kernel_shape": [2, 3], "strides": [2, 1], "p": 2.0 if opset == 1 else 2}
+    if opset >= 2:
+        attrs["pads"] = [1, 0, 0, 1]
+    for dtype in schema_types(opset):
+        x = sample(dtype, (2, 3, 7, 6), ("LpPool", opset, dtype))
+        sess = ep_session(make_model("LpPool", opset, dtype, list(x.shape), attrs))
+        (y,), n = calls("LpPool", lambda: run_session(sess, {"X": x}))
+        assert n == 1
+        ref = lp_pool(as_f64(x), attrs["kernel_shape"], attrs["strides"], attrs.get("pads"), p=2)
+        assert_close(y, ref, dtype, scale=6.0, what=f"LpPool-{opset} {dtype}")
+
+
+def qlinear_model(dtype, shape, attrs, params, channels_last=0):
+    T = TensorProto.UINT8 if dtype == "uint8" else TensorProto.INT8
+    xs, xz, ys, yz = params
+    inits = [
+        numpy_helper.from_array(np.array(xs, np.float32), "xs"),
+        numpy_helper.from_array(np.array(xz, QDTYPES[dtype]), "xz"),
+        numpy_helper.from_array(np.array(ys, np.float32), "ys"),
+        numpy_helper.from_array(np.array(yz, QDTYPES[dtype]), "yz"),
+    ]
+    node = helper.make_node(
+        "QLinearAveragePool",
+        ["X", "xs", "xz", "ys", "yz"],
+        ["Y"],
+        domain="com.microsoft",
+        channels_last=channels_last,
+        **attrs,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", T, shape)],
+        [helper.make_tensor_value_info("Y", T, None)],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = IR_VERSION
+    return model
+
+
+def qdq_model(dtype, shape, attrs, params, opset=19, com_microsoft=False):
+    """DequantizeLinear -> AveragePool -> QuantizeLinear, scalar parameters; imports only the standard domain
+    unless com_microsoft."""
+    T = TensorProto.UINT8 if dtype == "uint8" else TensorProto.INT8
+    xs, xz, ys, yz = params
+    inits = [
+        numpy_helper.from_array(np.array(xs, np.float32), "xs"),
+        numpy_helper.from_array(np.array(xz, QDTYPES[dtype]), "xz"),
+        numpy_helper.from_array(np.array(ys, np.float32), "ys"),
+        numpy_helper.from_array(np.array(yz, QDTYPES[dtype]), "yz"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["X", "xs", "xz"], ["xf"], name="dq"),
+        helper.make_node("AveragePool", ["xf"], ["yf"], name="pool", **attrs),
+        helper.make_node("QuantizeLinear", ["yf", "ys", "yz"], ["Y"], name="q"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("X", T, shape)], [helper.make_tensor_value_info("Y", T, None)], inits
+    )
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if com_microsoft else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = IR_VERSION
+    return model
+
+
+QPARAMS = {"uint8": (0.05, 128, 0.04, 120), "int8": (0.05, -3, 0.03, 5)}
+QATTRS = [
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 0},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+]
+
+
+def assert_quantized_equal(y, ref, pre):
+    """Equal to the reference, but where the exact value is within 1e-3 of a rounding tie (float32 arithmetic
+    may land on either side there): one step at most."""
+    d = np.abs(y.astype(np.int32) - ref.astype(np.int32))
+    assert d.max(initial=0) <= 1 and not ((d > 0) & ~near_tie(pre, 1e-3)).any(), np.argwhere(d > 0)[:5]
+
+
+def quant_sample(dtype, shape, key):
+    info = np.iinfo(QDTYPES[dtype])
+    return rng_for(*key).integers(info.min, info.max + 1, size=shape).astype(QDTYPES[dtype])
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_average_pool_node(dtype, channels_last):
+    for i, attrs in enumerate(QATTRS):
+        shape = (2, 7, 9, 3) if channels_last else (2, 3, 7, 9)
+        x = quant_sample(dtype, shape, ("qlap", dtype, channels_last, i))
+        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last))
+        (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
+        assert n == 1
+        ref, pre = qlinear_average_pool(
+            x,
+            *QPARAMS[dtype],
+            attrs["kernel_shape"],
+            attrs.get("strides"),
+            attrs.get("pads"),
+            ceil_mode=attrs.get("ceil_mode", 0),
+            count_include_pad=attrs.get("count_include_pad", 0),
+            channels_last=channels_last,
+        )
+        assert_quantized_equal(y, ref, pre)
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("com_microsoft", [False, True])
+def test_qdq_unit_is_fused_onto_the_qlinear_kernel(dtype, com_microsoft):
+    """Whatever the model imports, the QDQ unit runs as one fused node on the library's QLinearAveragePool
+    kernel; its result is the QLinearAveragePool reference and within one step of stock ORT's."""
+    for i, attrs in enumerate(QATTRS):
+        shape = (2, 3, 7, 9)
+        x = quant_sample(dtype, shape, ("qdq", dtype, i))
+        model = qdq_model(dtype, list(shape), attrs, QPARAMS[dtype], com_microsoft=com_microsoft)
+        sess = ep_session(model)
+        (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
+        assert n == 1, f"the fused unit ran the library's kernel {n} times"
+        ref, pre = qlinear_average_pool(
+            x,
+            *QPARAMS[dtype],
+            attrs["kernel_shape"],
+            attrs.get("strides"),
+            attrs.get("pads"),
+            ceil_mode=attrs.get("ceil_mode", 0),
+            count_include_pad=attrs.get("count_include_pad", 0),
+        )
+        assert_quantized_equal(y, ref, pre)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        (stock,) = ort.InferenceSession(model.SerializeToString(), so).run(None, {"X": x})
+        assert np.abs(y.astype(np.int32) - stock.astype(np.int32)).max() <= 1
+
+
+@needs_ep
+def test_qdq_unit_left_alone_when_a_parameter_is_not_a_constant():
+    """A scale fed at run time is not a QLinearAveragePool parameter: the unit stays with ORT (the library's
+    kernel never runs), and the same unit with constant parameters is fused."""
+    model = qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"])
+    del model.graph.initializer[0]  # xs becomes a graph input
+    model.graph.input.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, []))
+    x = quant_sample("uint8", (1, 3, 6, 6), ("qdq-input-scale",))
+    feeds = {"X": x, "xs": np.array(QPARAMS["uint8"][0], np.float32)}
+    (y,), n = calls("QLinearAveragePool", lambda: ep_session(model).run(None, feeds))
+    assert n == 0
+    fused = ep_session(qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"]))
+    (y_fused,), n = calls("QLinearAveragePool", lambda: fused.run(None, {"X": x}))
+    assert n == 1
+    assert np.abs(y.astype(np.int32) - y_fused.astype(np.int32)).max() <= 1
+
+
+def conv_gap_model(dtype=TensorProto.FLOAT, np_dtype=np.float32, feeder="Conv"):
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 0.1).astype(np_dtype), "w")
+    nodes = [
+        helper.make_node("Conv", ["X", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["Y"]),
+    ]
+    if feeder == "Relu":  # no Conv in front: Relu straight from the input
+        nodes = [helper.make_node("Relu", ["X"], ["r"]), nodes[2]]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("X", dtype, [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("Y", dtype, None)],
+        [w] if feeder == "Conv" else [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+@needs_ep
+@pytest.mark.skipif(
+    __import__("platform").machine().lower() not in ("x86_64", "amd64"), reason="ORT's NCHWc layout is x86-64 only"
+)
+def test_conv_fed_float32_global_pool_is_left_to_ort_blocked_layout():
+    x = np.random.default_rng(1).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    model = conv_gap_model()
+    (left,), n_left = calls("GlobalAveragePool", lambda: ep_session(model).run(None, {"X": x}))
+    (taken,), n_taken = calls("GlobalAveragePool", lambda: ep_session(model, ort_layout=False).run(None, {"X": x}))
+    assert (n_left, n_taken) == (0, 1)
+    np.testing.assert_allclose(left, taken, rtol=1e-5, atol=1e-6)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED  # no NCHWc rewrite: taken
+    so.log_severity_level = 3
+    _, n = calls(
+        "GlobalAveragePool",
+        lambda: ort.InferenceSession(model.SerializeToString(), onnx_pools.ep_session_options(so)).run(None, {"X": x}),
+    )
+    assert n == 1
+
+
+@needs_ep
+def test_float16_pool_fed_by_compute_is_left_to_ort():
+    x = np.random.default_rng(2).standard_normal((1, 4, 16, 16)).astype(np.float16)
+    model = conv_gap_model(TensorProto.FLOAT16, np.float16, feeder="Relu")
+    (left,), n_left = calls("GlobalAveragePool", lambda: ep_session(model).run(None, {"X": x}))
+    (taken,), n_taken = calls("GlobalAveragePool", lambda: ep_session(model, float16="all").run(None, {"X": x}))
+    assert (n_left, n_taken) == (0, 1)
+    ref = global_average_pool(np.maximum(x.astype(np.float64), 0))
+    assert_close(taken, ref, "float16")
+    assert_close(left, ref, "float16")
+
+
+@needs_ep
+def test_ops_option_selects_the_ops_the_ep_takes():
+    x = sample("float32", (1, 2, 4, 4), ("ops",))
+    model = make_model("GlobalMaxPool", 17, "float32", [1, 2, 4, 4])
+    _, n = calls("GlobalMaxPool", lambda: ep_session(model, ops=["LpPool"]).run(None, {"X": x}))
+    assert n == 0
+    _, n = calls("GlobalMaxPool", lambda: ep_session(model, ops=["GlobalMaxPool"]).run(None, {"X": x}))
+    assert n == 1
+
+
+@needs_ep
+def test_work_splits_on_intra_op_threads_with_the_same_result():
+    x = sample("float32", (4, 64, 32, 32), ("threads",))
+    model = make_model("GlobalAveragePool", 17, "float32", list(x.shape))
+    (one,) = ep_session(model, threads=1).run(None, {"X": x})
+    (two,) = ep_session(model, threads=2).run(None, {"X": x})
+    np.testing.assert_array_equal(one, two)
+    assert_close(one, global_average_pool(as_f64(x)), "float32")
+
+
+@needs_ep
+def test_one_library_two_entry_points():
+    """The EP library is the custom-op library: one file, both routes counting into the same counters."""
+    assert onnx_pools.get_ep_name() in {d.ep_name for d in (onnx_pools.register_ep_library() or ort.get_ep_devices())}
+    x = sample("float32", (1, 2, 4, 4), ("routes",))
+    model = make_model("GlobalMaxPool", 17, "float32", [1, 2, 4, 4])
+    so = onnx_pools.session_options(model=model, ort_layout=False)
+    _, n = calls("GlobalMaxPool", lambda: ort.InferenceSession(model.SerializeToString(), so).run(None, {"X": x}))
+    _, m = calls("GlobalMaxPool", lambda: ep_session(model).run(None, {"X": x}))
+    assert (n, m) == (1, 1)
+
+
+@pytest.mark.skipif(ORT_VERSION >= (1, 24), reason="checks the refusal below onnxruntime 1.24")
+def test_ep_route_refused_below_1_24():
+    with pytest.raises(RuntimeError, match="1.24"):
+        onnx_pools.ep_session_options()
