@@ -4,7 +4,12 @@
 // Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
 #include "kernels/qlinear/plane3x3.h"
+#include "kernels/qlinear/requantise.h"
 
 // Per image of h x w positions of C channels, an input row holding n = w x C values: output (r, c, ch) sums input
 // rows r-1..r+1, columns c-1..c+1 in the image, channel ch. Row by row: the column sums of the row's window rows
@@ -330,7 +335,7 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
       if constexpr (kEdges) lanes_in(i, left_in, right_in);
       exact_and_ties(difference, Ints{} + 1 - left_in - right_in, rows_valid, exact, tie);
     }
-    return select(marks, select(tie, ort_values<kRows, kColumns>(window_rows, i), exact), rounded);
+    return Lanes::resolved(marks, tie, ort_values<kRows, kColumns>(window_rows, i), exact, rounded);
   }
 
   // ORT's float value of the kLength windows of values [i, i + kLength) of a row (as ort_float_value_2d: each

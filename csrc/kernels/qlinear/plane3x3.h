@@ -5,6 +5,12 @@
 // Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/kernels.h"
 #include "kernels/qlinear/requantise.h"
 
 // RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template
@@ -259,7 +265,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       if constexpr (kEdges != MarkRule::OrtOnly) {
         Ints marked;
         const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
-        out = (marked & out) | (~marked & rounded);
+        out = Lanes::resolved(marked, Ints{} - 1, out, out, rounded);  // every mark a tie (marks_are_ties_)
       }
       narrow_one(out, y + r * w + j);
     }
@@ -501,8 +507,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     const Floats count_edge = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 2);
     const Floats count = Floats((edge & Ints(count_edge)) | (~edge & Ints(count_full)));
     const Ints ort = ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
-    const Ints settled_value = (tie & ort) | (~tie & exact);
-    return (marks & settled_value) | (~marks & rounded);
+    return Lanes::resolved(marks, tie, ort, exact, rounded);
   }
 
   // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
@@ -584,7 +589,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         for (int d = 0; d < 3; ++d) acc = acc + floats_at(left_terms + r0 + d) + floats_at(right_terms + r0 + d);
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
         const Ints ort = ort_rounded(acc, count, y_scale, y_zero_point);
-        out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
+        out = Lanes::resolved(marked, tie, ort, exact, out);
       }
       Q* yc = y + r0 * w + c;
       if (r0 + kLength <= h) {

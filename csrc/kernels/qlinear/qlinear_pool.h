@@ -3,6 +3,12 @@
 // everything here is compiled once per instruction set with that file's flags.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/simd.h"
+#include "kernels/common/windows.h"
+#include "kernels/kernels.h"
 #include "kernels/qlinear/nhwc3x3.h"
 #include "kernels/qlinear/plane3x3.h"
 #include "kernels/qlinear/requantise.h"
@@ -325,11 +331,12 @@ class QLinearPlan {
       const I* sr = sums + i * out_last_;
       Q* yr = yb + i * out_last_;
       for_each_marked(mr, out_last_, [&](int64_t j) {
-        const bool tie =
-            requantiser_.marks_are_ties || near_tie(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
-        yr[j] =
-            to_quantized<Q>(tie ? clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size))
-                                : requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)));
+        // with marks_are_ties every mark is a tie: no exact value needed
+        if (requantiser_.marks_are_ties ||
+            !exact_decides(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)), yr[j])) {
+          yr[j] =
+              to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)));
+        }
       });
     }
   }

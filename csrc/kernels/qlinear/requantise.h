@@ -11,6 +11,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#if defined(__AVX2__)
+#include <immintrin.h>  // (table_impl.h includes it first, outside the namespace)
+#endif
 
 #include "kernels/common/simd.h"
 #include "kernels/common/windows.h"
@@ -66,6 +69,16 @@ inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_eve
 template <class Q>
 inline Q to_quantized(double clamped) {
   return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
+}
+
+// The rounding rule for one value, the one place every scalar path decides it: the exact value (clamped) sets y,
+// except within kTieBand of a tie, where ORT's float evaluation must (returns false: the caller writes ORT's value,
+// at once or batched). RequantiseLanes::resolved is the same rule on vector lanes.
+template <class Q>
+inline bool exact_decides(double exact, Q& y) {
+  if (near_tie(exact)) return false;
+  y = to_quantized<Q>(exact);
+  return true;
 }
 
 // Whether any of n marks is set, eight bytes at a time (a library call per window costs more than the test).
@@ -368,6 +381,12 @@ struct RequantiseLanes {
     return whole;
   }
 
+  // The rounding rule on each lane (as exact_decides): a marked lane takes the exact value, or ORT's where that
+  // lies on a tie (tie: all ones); an unmarked lane keeps the float pass's value (rounded).
+  static Ints resolved(Ints marks, Ints tie, Ints ort, Ints exact, Ints rounded) {
+    return select(marks, select(tie, ort, exact), rounded);
+  }
+
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
     return rounded(clamped(acc / count / y_scale + y_zero_point));
@@ -486,7 +505,7 @@ struct Requantiser {
     const double scale = window_scale(valid);
     for_each_marked(mark, channels, [&](int64_t c) {
       const double v = clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sums[c]) - zero) * scale + y_zero);
-      y[c] = near_tie(v) ? static_cast<Q>(static_cast<int32_t>(ort[c])) : to_quantized<Q>(v);
+      if (!exact_decides(v, y[c])) y[c] = static_cast<Q>(static_cast<int32_t>(ort[c]));
     });
   }
 
@@ -684,12 +703,10 @@ struct Requantiser {
   int64_t settle(const I* sums, int64_t n, int64_t channels, uint8_t* mark, Q* y, Valid&& valid_of) const {
     int64_t ties = 0;
     auto one = [&](int64_t e, int64_t valid) {
-      const double v = exact(sums[e], valid);
-      if (near_tie(v)) {
-        ++ties;
-      } else {
-        y[e] = to_quantized<Q>(v);
+      if (exact_decides(exact(sums[e], valid), y[e])) {
         mark[e] = 0;
+      } else {
+        ++ties;
       }
     };
     if (channels == 1) {
