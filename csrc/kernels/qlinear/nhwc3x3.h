@@ -1,8 +1,15 @@
 // QLinearAveragePool over NHWC images with 3x3 windows, stride 1, pads 1: window sums and requantisation in one
 // pass over each image row, the vectors running across the row's interleaved columns and channels, and ORT's float
 // evaluation of the rounding ties of a vector's windows at once.
-// Included by qlinear_pool.h after qlinear_plane3x3.h (kPlaneLanes, any_lane), avx2 and avx512 builds only.
+// Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/qlinear/plane3x3.h"
+#include "kernels/qlinear/requantise.h"
 
 // Per image of h x w positions of C channels, an input row holding n = w x C values: output (r, c, ch) sums input
 // rows r-1..r+1, columns c-1..c+1 in the image, channel ch. Row by row: the column sums of the row's window rows
@@ -13,12 +20,17 @@
 // (settled): the exact value in double, and where that lies on a tie, ORT's float evaluation, all lanes together.
 // With equal scales and count_include_pad=0 (windows of 4 and 6 elements at the edges, a sixth of them on ties),
 // the vectors reaching column 0 or w - 1 and the first and last rows take ORT's float value alone
-// (ort_decides_edges_): 1.2x faster there than the float pass with every vector settled.
+// (ort_decides_edges_).
 // Images of at least 2 channels and 16 values a row, any h and w.
+// Whether a vector's lanes may lie in column 0 or w - 1 (their windows then leave out a column).
+enum class Columns { Middle, ReachEdges };
+// How the vectors reaching column 0 or w - 1 are requantised: the float pass, or ORT's float value alone.
+enum class EdgeValues { FloatPass, OrtOnly };
+
 template <class Q>
 class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::half, Shared::joined, Shared::narrow_one, Shared::select, Shared::widened;
+  using Shared::any, Shared::half, Shared::joined, Shared::narrow_one, Shared::select, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -29,10 +41,11 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   using HalfInts = typename Shared::HalfInts;
   using Doubles = typename Shared::Doubles;
   using Longs = typename Shared::Longs;
+  using Shorts = typename Lanes::Shorts;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
-    // at least column_sums' one 16-value vector a row
-    return channels >= 2 && Shared::same_size_3x3(g) && g.axes[1].in * channels >= 16;
+    // at least column_sums' one vector a row
+    return channels >= 2 && Shared::same_size_3x3(g) && g.axes[1].in * channels >= 2 * kLength;
   }
 
   // images: how many the call pools (small calls skip the can_mark test: it would cost more than it saves)
@@ -69,12 +82,12 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   void image(const Q* x, Q* y) {
     for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
     if (h_ == 1) {
-      rows<false, false>(x, y, 0, 1);
+      rows<WindowRows::Neither>(x, y, 0, 1);
       return;
     }
-    rows<false, true>(x, y, 0, 1);
-    rows<true, true>(x, y, 1, h_ - 1);
-    rows<true, false>(x, y, h_ - 1, h_);
+    rows<WindowRows::BelowOnly>(x, y, 0, 1);
+    rows<WindowRows::Both>(x, y, 1, h_ - 1);
+    rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
   }
 
   // Input rows r - 1 .. r + 1 of the image at x (those in it) dequantised as ORT does (ort_dequantised), for
@@ -82,10 +95,10 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   // (a ring of three, tagged by row): settling from bytes, the conversions cost settled() about half its time,
   // and with equal scales (count 4 and 6 windows on ties) it runs for most vectors of the first and last rows
   // and of the edge columns.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   const float* const* dequantised_rows(const Q* x, int64_t r, bool whole) {
     for (int d = 0; d < 3; ++d) {
-      if ((d == 0 && !kUp) || (d == 2 && !kDown)) continue;
+      if ((d == 0 && !has_above(kRows)) || (d == 2 && !has_below(kRows))) continue;
       const int64_t row = r - 1 + d, slot = row % 3;
       float* f = dequantised_.data() + slot * row_stride_ + c_;
       window_rows_[d] = f;
@@ -121,79 +134,81 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   // How the float pass's marks of a row's middle columns are handled: none can occur (can_mark), they are rare
   // (a branch per step, settled when taken), or with equal scales a sixth of the values are ties (every vector
   // settled without a branch: taken for three vectors in four, it mispredicted often and cost more than the ties).
-  // kOrtValues: with equal scales where ORT's float value decides every output of a tie-prone window (see
+  // MarkRule::OrtOnly: with equal scales where ORT's float value decides every output of a tie-prone window (see
   // ort_decides_edges_), that value alone, no float pass.
-  enum Marks { kNoMarks, kRareMarks, kTieMarks, kOrtValues };
 
-  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown).
-  // kOrtEdges (ort_decides_edges_): the vectors reaching column 0 or w - 1 take ORT's float value alone.
-  template <bool kUp, bool kDown>
+  // Output rows [begin, end), which share which neighbour rows they have (above: has_above(kRows), below:
+  // has_below(kRows)). kEdgeValues (OrtOnly where ort_decides_edges_): the vectors reaching column 0 or w - 1 take
+  // ORT's float value alone.
+  template <WindowRows kRows>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
-    constexpr int rows_valid = 1 + kUp + kDown;
+    constexpr int rows_valid = row_count(kRows);
     const bool marks = middle_marks_[rows_valid];
     if (ort_decides_edges_) {
       if (marks) {
-        rows<kUp, kDown, kOrtValues, true>(x, y, begin, end);
+        rows<kRows, MarkRule::OrtOnly, EdgeValues::OrtOnly>(x, y, begin, end);
       } else {
-        rows<kUp, kDown, kNoMarks, true>(x, y, begin, end);
+        rows<kRows, MarkRule::Skip, EdgeValues::OrtOnly>(x, y, begin, end);
       }
     } else if (!marks) {
-      rows<kUp, kDown, kNoMarks, false>(x, y, begin, end);
+      rows<kRows, MarkRule::Skip, EdgeValues::FloatPass>(x, y, begin, end);
     } else if (marks_are_ties_) {
-      rows<kUp, kDown, kTieMarks, false>(x, y, begin, end);
+      rows<kRows, MarkRule::SettleAll, EdgeValues::FloatPass>(x, y, begin, end);
     } else {
-      rows<kUp, kDown, kRareMarks, false>(x, y, begin, end);
+      rows<kRows, MarkRule::Rare, EdgeValues::FloatPass>(x, y, begin, end);
     }
   }
 
-  template <bool kUp, bool kDown, Marks kMiddle, bool kOrtEdges>
+  template <WindowRows kRows, MarkRule kMiddle, EdgeValues kEdgeValues>
   __attribute__((noinline)) void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
-    constexpr int rows_valid = 1 + kUp + kDown;
+    constexpr int rows_valid = row_count(kRows);
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats middle_scale = Floats{} + scale_[rows_valid][3];
     const int64_t n = n_, c = c_, middle_end = (w_ - 1) * c_;
-    if (begin < end) column_sums<kUp, kDown>(x + begin * n, row_sums(begin));
+    if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them (as Plane3x3Pool)
-      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * n, row_sums(r + 1));
+      if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
       const int16_t* sums = row_sums(r);
       Q* yr = y + r * n;
       // the dequantised rows the row's tie-heavy vectors use (rare ones ask for theirs when they come)
-      constexpr bool kWholeRows = kMiddle == kTieMarks || kMiddle == kOrtValues;
-      const float* const* tie_rows =
-          kWholeRows || edge_ties_ ? dequantised_rows<kUp, kDown>(x, r, kWholeRows) : nullptr;
+      constexpr bool kWholeRows = kMiddle == MarkRule::SettleAll || kMiddle == MarkRule::OrtOnly;
+      const float* const* tie_rows = kWholeRows || edge_ties_ ? dequantised_rows<kRows>(x, r, kWholeRows) : nullptr;
       auto edges = [&](int64_t at) __attribute__((always_inline)) {
-        edge_vector<kUp, kDown, kOrtEdges>(x, r, sums, min_of(at, n - kLength), zero_point, tie_rows, yr);
+        edge_vector<kRows, kEdgeValues>(x, r, sums, min_of(at, n - kLength), zero_point, tie_rows, yr);
       };
       int64_t i = 0;
       for (; i < c; i += kLength) edges(i);
-      if constexpr (kMiddle == kOrtValues) {
+      if constexpr (kMiddle == MarkRule::OrtOnly) {
         for (; i + kStep <= middle_end; i += kStep) {
-          Lanes::narrow(ort_values<kUp, kDown, false>(tie_rows, i),
-                        ort_values<kUp, kDown, false>(tie_rows, i + kLength),
-                        ort_values<kUp, kDown, false>(tie_rows, i + 2 * kLength),
-                        ort_values<kUp, kDown, false>(tie_rows, i + 3 * kLength), yr + i);
+          Lanes::narrow(ort_values<kRows, Columns::Middle>(tie_rows, i),
+                        ort_values<kRows, Columns::Middle>(tie_rows, i + kLength),
+                        ort_values<kRows, Columns::Middle>(tie_rows, i + 2 * kLength),
+                        ort_values<kRows, Columns::Middle>(tie_rows, i + 3 * kLength), yr + i);
         }
-        for (; i + kLength <= middle_end; i += kLength) narrow_one(ort_values<kUp, kDown, false>(tie_rows, i), yr + i);
+        for (; i + kLength <= middle_end; i += kLength)
+          narrow_one(ort_values<kRows, Columns::Middle>(tie_rows, i), yr + i);
       }
       for (; i + kStep <= middle_end; i += kStep) {
-        const __m256i a = window_sums16(sums, i), b = window_sums16(sums, i + 16);
+        const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
         Ints rounded[4], marked[4];
-        const Ints difference[4] = {low_half(a), high_half(a), low_half(b), high_half(b)};
+        const Ints difference[4] = {Shared::low_half(a), Shared::high_half(a), Shared::low_half(b),
+                                    Shared::high_half(b)};
         for (int v = 0; v < 4; ++v) {
           rounded[v] = requantised(difference[v], middle_scale, zero_point, marked[v]);
         }
-        if constexpr (kMiddle == kTieMarks) {
+        if constexpr (kMiddle == MarkRule::SettleAll) {
           for (int v = 0; v < 4; ++v) {
-            rounded[v] = settled<kUp, kDown, false>(tie_rows, i + v * kLength, difference[v], marked[v], rounded[v]);
+            rounded[v] =
+                settled<kRows, Columns::Middle>(tie_rows, i + v * kLength, difference[v], marked[v], rounded[v]);
           }
-        } else if constexpr (kMiddle == kRareMarks) {
-          if (__builtin_expect(any_lane((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
-            const float* const* window_rows = dequantised_rows<kUp, kDown>(x, r, true);
+        } else if constexpr (kMiddle == MarkRule::Rare) {
+          if (__builtin_expect(any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
+            const float* const* window_rows = dequantised_rows<kRows>(x, r, true);
             for (int v = 0; v < 4; ++v) {
-              if (any_lane(marked[v])) {
-                rounded[v] = settled_apart<kUp, kDown, false>(window_rows, i + v * kLength, difference[v], marked[v],
-                                                              rounded[v]);
+              if (any(marked[v])) {
+                rounded[v] = settled_apart<kRows, Columns::Middle>(window_rows, i + v * kLength, difference[v],
+                                                                   marked[v], rounded[v]);
               }
             }
           }
@@ -204,9 +219,9 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
         const Ints difference = window_sums8(sums, i);
         Ints marked;
         Ints rounded = requantised(difference, middle_scale, zero_point, marked);
-        if (kMiddle != kNoMarks && any_lane(marked)) {
-          rounded = settled_apart<kUp, kDown, false>(dequantised_rows<kUp, kDown>(x, r, true), i, difference, marked,
-                                                     rounded);
+        if (kMiddle != MarkRule::Skip && any(marked)) {
+          rounded = settled_apart<kRows, Columns::Middle>(dequantised_rows<kRows>(x, r, true), i, difference, marked,
+                                                          rounded);
         }
         narrow_one(rounded, yr + i);
       }
@@ -216,7 +231,7 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
 
   // Whether the float pass (requantised) marks any window of `valid` elements and scale `scale` (Shared::can_mark).
   // Marks are rare with distinct scales (a value within 2e-4 of a tie) and the values few, so that often none can
-  // be marked and the middle columns skip the marks (about a third of their time); with equal scales none can in
+  // be marked and the middle columns skip the marks; with equal scales none can in
   // windows of an odd count (see Requantiser::tie_free).
   bool can_mark(int valid, float scale) const {
     return Shared::can_mark(valid, scale, q_.x_zero_point, requantiser_.y_zero);
@@ -224,14 +239,14 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   static constexpr int64_t kMarkCheckWork = 4096;  // values of a call from which can_mark is tried
 
   // The kLength values from i of a row, any of them in column 0 or w - 1: each lane's window scale by its column.
-  // tie_rows: the dequantised rows, where edge_ties_ (each vector settled, without a branch, or with kOrtEdges
-  // ORT's value alone).
-  template <bool kUp, bool kDown, bool kOrtEdges>
+  // tie_rows: the dequantised rows, where edge_ties_ (each vector settled, without a branch, or with
+  // EdgeValues::OrtOnly ORT's value alone).
+  template <WindowRows kRows, EdgeValues kEdgeValues>
   __attribute__((always_inline)) void edge_vector(const Q* x, int64_t r, const int16_t* sums, int64_t i,
                                                   Floats zero_point, const float* const* tie_rows, Q* yr) {
-    constexpr int rows_valid = 1 + kUp + kDown;
-    if constexpr (kOrtEdges) {
-      narrow_one(ort_values<kUp, kDown, true>(tie_rows, i), yr + i);
+    constexpr int rows_valid = row_count(kRows);
+    if constexpr (kEdgeValues == EdgeValues::OrtOnly) {
+      narrow_one(ort_values<kRows, Columns::ReachEdges>(tie_rows, i), yr + i);
       return;
     }
     Ints left_in, right_in;
@@ -243,10 +258,10 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     Ints marked;
     Ints rounded = requantised(difference, scale, zero_point, marked);
     if (edge_ties_) {
-      rounded = settled<kUp, kDown, true>(tie_rows, i, difference, marked, rounded);
-    } else if (any_lane(marked)) {
-      rounded =
-          settled_apart<kUp, kDown, true>(dequantised_rows<kUp, kDown>(x, r, false), i, difference, marked, rounded);
+      rounded = settled<kRows, Columns::ReachEdges>(tie_rows, i, difference, marked, rounded);
+    } else if (any(marked)) {
+      rounded = settled_apart<kRows, Columns::ReachEdges>(dequantised_rows<kRows>(x, r, false), i, difference, marked,
+                                                          rounded);
     }
     narrow_one(rounded, yr + i);
   }
@@ -261,54 +276,45 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
 
   // out[c_ + i], i in [0, n): the sum of value i over the window rows of the row at xr, less x_zero_point per
   // row (so that a window's three column sums add up to its difference from its zero sum). In int16 (at most
-  // 3 x 255), 16 values at a time, the last 16 moved back to end at n.
-  template <bool kUp, bool kDown>
+  // 3 x 255), a vector of Shorts at a time, the last moved back to end at n.
+  template <WindowRows kRows>
   void column_sums(const Q* xr, int16_t* out_padded) const {
-    constexpr bool kSigned = std::is_signed_v<Q>;
-    constexpr int rows_valid = 1 + kUp + kDown;
-    auto widened = [](const Q* p) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
-    };
-    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    constexpr int rows_valid = row_count(kRows);
+    constexpr int64_t kShorts = 2 * kLength;
+    const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * rows_valid);
     int16_t* out = out_padded + c_;
     const int64_t n = n_;
-    for (int64_t i = 0;; i += 16) {
-      i = min_of<int64_t>(i, n - 16);
-      __m256i s = _mm256_sub_epi16(widened(xr + i), zero_sum);
-      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + i - n));
-      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + i + n));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), s);
-      if (i + 16 >= n) break;
+    for (int64_t i = 0;; i += kShorts) {
+      i = min_of<int64_t>(i, n - kShorts);
+      Shorts s = Shared::widened_shorts(xr + i) - zero_sum;
+      if constexpr (has_above(kRows)) s += Shared::widened_shorts(xr + i - n);
+      if constexpr (has_below(kRows)) s += Shared::widened_shorts(xr + i + n);
+      Shared::store(out + i, s);
+      if (i + kShorts >= n) break;
     }
   }
 
   // Output row r's column sums (see column_sums), C zeros on each side: two rows' buffers, used in turn.
   int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * (n_ + 2 * c_); }
 
-  // The windows' differences from their zero sums of values [i, i + 16) of a row with column sums `sums`, in int16
-  // (at most 9 x 255), and of [i, i + kLength) widened to int32.
-  __m256i window_sums16(const int16_t* sums, int64_t i) const {
-    auto at = [&](int64_t k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + k)); };
-    return _mm256_add_epi16(_mm256_add_epi16(at(i), at(i + c_)), at(i + 2 * c_));
+  // The windows' differences from their zero sums of values [i, i + 2 kLength) of a row with column sums `sums`,
+  // in int16 (at most 9 x 255), and of [i, i + kLength) widened to int32.
+  Shorts window_sums16(const int16_t* sums, int64_t i) const {
+    return (Shared::shorts_at(sums + i) + Shared::shorts_at(sums + i + c_)) + Shared::shorts_at(sums + i + 2 * c_);
   }
   Ints window_sums8(const int16_t* sums, int64_t i) const {
-    auto at = [&](int64_t k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + k)); };
-    return Ints(_mm256_cvtepi16_epi32(_mm_add_epi16(_mm_add_epi16(at(i), at(i + c_)), at(i + 2 * c_))));
+    return Shared::ints_of((Shared::half_shorts_at(sums + i) + Shared::half_shorts_at(sums + i + c_)) +
+                           Shared::half_shorts_at(sums + i + 2 * c_));
   }
-  static Ints low_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a))); }
-  static Ints high_half(__m256i a) { return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1))); }
-
-  // The float pass of kLength windows (Lanes::requantised's values and marks).
   static Ints requantised(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    return Shared::float_pass(difference, scale, zero_point, marked);
+    return Shared::requantised(difference, scale, zero_point, marked);
   }
 
   // settled() out of line, for the rare marks.
-  template <bool kUp, bool kDown, bool kEdges>
+  template <WindowRows kRows, Columns kColumns>
   __attribute__((noinline)) Ints settled_apart(const float* const* window_rows, int64_t i, Ints difference, Ints marks,
                                                Ints rounded) const {
-    return settled<kUp, kDown, kEdges>(window_rows, i, difference, marks, rounded);
+    return settled<kRows, kColumns>(window_rows, i, difference, marks, rounded);
   }
 
   // The final values of the marked lanes (marks) of the kLength windows of values [i, i + kLength) of a row
@@ -316,11 +322,12 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   // Requantiser::exact and near_tie; with equal scales every marked value is a tie, see marks_are_ties), ORT's
   // float value (ort_values) where it lies on a tie, the float pass's value (rounded) where unmarked. Every lane
   // computed, the marked lanes selected: about the cost of a few windows per vector, not a scalar evaluation per
-  // tie (with equal scales a sixth of the edge windows are ties). kEdges: lanes may lie in column 0 or w - 1.
-  template <bool kUp, bool kDown, bool kEdges>
+  // tie (with equal scales a sixth of the edge windows are ties). kColumns: whether lanes may lie in column 0 or w - 1.
+  template <WindowRows kRows, Columns kColumns>
   __attribute__((always_inline)) Ints settled(const float* const* window_rows, int64_t i, Ints difference, Ints marks,
                                               Ints rounded) const {
-    constexpr int rows_valid = 1 + kUp + kDown;
+    constexpr bool kEdges = kColumns == Columns::ReachEdges;
+    constexpr int rows_valid = row_count(kRows);
     const Ints all = Ints{} - 1;
     Ints exact = rounded, tie = all;
     if (!marks_are_ties_) {
@@ -328,16 +335,17 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
       if constexpr (kEdges) lanes_in(i, left_in, right_in);
       exact_and_ties(difference, Ints{} + 1 - left_in - right_in, rows_valid, exact, tie);
     }
-    return select(marks, select(tie, ort_values<kUp, kDown, kEdges>(window_rows, i), exact), rounded);
+    return Lanes::resolved(marks, tie, ort_values<kRows, kColumns>(window_rows, i), exact, rounded);
   }
 
   // ORT's float value of the kLength windows of values [i, i + kLength) of a row (as ort_float_value_2d: each
   // in-image element dequantised in float, added in row-major window order, the sum divided by the count, then by
-  // y_scale, plus y_zero_point; clamped and rounded as rounded_output), from the dequantised rows. kEdges: lanes
-  // may lie in column 0 or w - 1.
-  template <bool kUp, bool kDown, bool kEdges>
+  // y_scale, plus y_zero_point; clamped and rounded as rounded_output), from the dequantised rows. kColumns: whether
+  // lanes may lie in column 0 or w - 1.
+  template <WindowRows kRows, Columns kColumns>
   __attribute__((always_inline)) Ints ort_values(const float* const* window_rows, int64_t i) const {
-    constexpr int rows_valid = 1 + kUp + kDown;
+    constexpr bool kEdges = kColumns == Columns::ReachEdges;
+    constexpr int rows_valid = row_count(kRows);
     const Ints all = Ints{} - 1;
     Ints left_in = all, right_in = all;
     if constexpr (kEdges) lanes_in(i, left_in, right_in);
@@ -345,8 +353,8 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
     Floats acc = {};
     // lanes of columns 0 and w - 1 leave out their left / right column: where C is a multiple of kLength, all
     // lanes of a vector alike (no select)
-    const bool any_left = !kEdges || any_lane(left_in), any_right = !kEdges || any_lane(right_in);
-    const bool all_left = !kEdges || !any_lane(~left_in), all_right = !kEdges || !any_lane(~right_in);
+    const bool any_left = !kEdges || any(left_in), any_right = !kEdges || any(right_in);
+    const bool all_left = !kEdges || !any(~left_in), all_right = !kEdges || !any(~right_in);
     // (lambdas always inlined: GCC left add_row out of line, a call per row of each window)
     auto add = [&](const float* e, const Ints& inside, bool any, bool every) __attribute__((always_inline)) {
       if (!any) return;
@@ -359,9 +367,9 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
       add(row + i, all, true, true);
       add(row + i + c, right_in, any_right, all_right);
     };
-    if constexpr (kUp) add_row(window_rows[0]);
+    if constexpr (has_above(kRows)) add_row(window_rows[0]);
     add_row(window_rows[1]);
-    if constexpr (kDown) add_row(window_rows[2]);
+    if constexpr (has_below(kRows)) add_row(window_rows[2]);
     const Ints columns = Ints{} + 1 - left_in - right_in;  // in-image columns of each window
     const Floats count = q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
     return Shared::ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
@@ -382,10 +390,10 @@ class Nhwc3x3Pool : Window3x3Lanes<Q> {
   const bool marks_are_ties_;  // x_scale == y_scale: every marked value lies on a tie (Requantiser::marks_are_ties)
   const bool edge_ties_;       // and windows of 4 and 6 elements at the edges: a sixth of their values on a tie
   // and scales where ORT's float value alone decides the outputs of those windows: then they take it with no float
-  // pass (kOrtValues, edge_vector). The argument is Plane3x3Pool's ort_decides_edges_, for any count k <= 9: ORT's
-  // value is off the exact one by at most 2k - 1 roundings of sums up to k x 255 x x_scale, divided by k x y_scale,
-  // and 2 of values up to 255 (under 3e-4), while a value of a window of k elements not on a tie is at least 1 / 18
-  // from one, so that both round alike
+  // pass (MarkRule::OrtOnly, edge_vector). The argument is Plane3x3Pool's ort_decides_edges_, for any count k <= 9:
+  // ORT's value is off the exact one by at most 2k - 1 roundings of sums up to k x 255 x x_scale, divided by k x
+  // y_scale, and 2 of values up to 255 (under 3e-4), while a value of a window of k elements not on a tie is at least 1
+  // / 18 from one, so that both round alike
   const bool ort_decides_edges_;
   const int64_t h_, w_, c_, n_, image_;  // n_: values of a row; image_: of an image
   float scale_[4][4] = {};               // [rows][columns] in the image: the float window scale

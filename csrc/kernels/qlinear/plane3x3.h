@@ -1,21 +1,26 @@
 // QLinearAveragePool over NCHW planes with 3x3 windows, stride 1, pads 1 (Inception's and TFLite's average pool):
 // window sums and requantisation in one pass over each plane, in registers, and ORT's float evaluation of the
-// rounding ties of a vector's windows at once.
-// Included by qlinear_pool.h (after the Requantiser) in the avx2 and avx512 builds only, so it is part of those
-// per-ISA kernels (namespace onnx_pools::ONNX_POOLS_ISA::{anon}): with 4 lanes (SSE2, NEON) and byte widening by
-// unpacks, the one pass measured 1.6-1.7x slower than qlinear_pool's flat passes (4.3 vs 2.6 ms, 8x64x56x56).
+// rounding ties of a vector's windows at once. Written on RequantiseLanes (GCC vector extensions); taken where
+// those have 8 lanes (kOnePass3x3): with 4 (SSE2) qlinear_pool's flat passes are faster.
+// Part of the per-ISA kernels: included by qlinear_pool.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}.
 #pragma once
 
-// RequantiseLanes' lane count in these builds, as a constant outside the template (a vector_size depending on a
-// template parameter is dropped by GCC 12, leaving a scalar type).
-constexpr int kPlaneLanes = 8;
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 
-// Whether any lane of a mask vector (lanes 0 or all ones) is set.
-template <class Ints>
-inline bool any_lane(Ints m) {
-  static_assert(sizeof(Ints) == 32);
-  return !_mm256_testz_si256(__m256i(m), __m256i(m));
-}
+#include "kernels/kernels.h"
+#include "kernels/qlinear/requantise.h"
+
+// RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template
+// parameter is dropped by GCC 12, leaving a scalar type).
+constexpr int kPlaneLanes = RequantiseLanes<uint8_t>::kLength;
+#if defined(__ARM_NEON)
+constexpr bool kOnePass3x3 = true;
+#else
+constexpr bool kOnePass3x3 = kPlaneLanes == 8;
+#endif
 
 // n values, zero-filled, in a ScratchBuffer: the per-ISA kernel files keep no std containers (kernels.h), since a
 // std::vector member instantiated here could leave a weak symbol built with this file's instructions, which the
@@ -35,10 +40,21 @@ class ZeroedArray {
   T* const data_;
 };
 
-// The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in qlinear_nhwc3x3.h): the float
-// pass, the exact values in double, the narrowing, and the test whether a window kind can be marked at all.
+// Which neighbour rows the windows of an output row have (above, below, both or neither: a one-row input).
+enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
+constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == WindowRows::AboveOnly; }
+constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == WindowRows::BelowOnly; }
+constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
+
+// How a one-pass kernel treats the float pass's marks in a stretch of outputs: none can occur (skipped), they are
+// rare (gathered, and settled where found), every output is settled (with equal scales a sixth of the edge
+// windows are ties: a branch per vector would mispredict), or ORT's float value alone decides every output.
+enum class MarkRule { Skip, Rare, SettleAll, OrtOnly };
+
+// The vector steps both one-pass 3x3 kernels share (Plane3x3Pool below, Nhwc3x3Pool in nhwc3x3.h): the exact
+// values in double, and the test whether a window kind can be marked at all.
 template <class Q>
-struct Window3x3Lanes {
+struct Window3x3Lanes : RequantiseLanes<Q> {
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kPlaneLanes;
   static_assert(kLength == Lanes::kLength);
@@ -48,42 +64,14 @@ struct Window3x3Lanes {
   typedef double Doubles __attribute__((vector_size(kLength * 4)));  // half the lanes, in double
   typedef int64_t Longs __attribute__((vector_size(kLength * 4)));
 
-  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
-    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
-  }
-  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
-
   // Whether the windows are 3x3, stride 1, pads 1 over a 2-D input (so outputs and inputs have the same size): the
   // geometry both kernels take.
   static bool same_size_3x3(const PoolGeometry& g) {
-    if (g.axes.size() != 2) return false;
+    if (!kOnePass3x3 || g.axes.size() != 2) return false;
     for (const AxisGeometry& a : g.axes) {
       if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
     }
     return true;
-  }
-
-  // kLength bytes from p as Ints, by the extending instructions (GCC's __builtin_convertvector from a byte vector
-  // takes the bytes out one by one on x86-64, which made the step ten times slower).
-  static Ints widened(const Q* p) {
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-  }
-
-  // ORT's float value of windows whose dequantised elements add up to acc (as rounded_output): divided by the
-  // count, then by y_scale, plus y_zero_point, clamped and rounded.
-  static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return __builtin_convertvector(Lanes::rounded(Lanes::clamped(acc / count / y_scale + y_zero_point)), Ints);
-  }
-
-  // As Lanes::requantised, in fewer instructions: rounded half to even by the conversion (the mode the
-  // magic-number addition rounds in too), the mark as |off| > band
-  static Ints float_pass(Ints difference, Floats scale, Floats zero_point, Ints& marked) {
-    const Floats value = Lanes::clamped(__builtin_convertvector(difference, Floats) * scale + zero_point);
-    const Ints rounded = Ints(_mm256_cvtps_epi32(__m256(value)));
-    const Floats off = value - __builtin_convertvector(rounded, Floats);
-    marked = Ints(Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand));
-    return rounded;
   }
 
   // Whether the float pass can mark a window of `valid` input elements with this scale: every difference from its
@@ -92,13 +80,13 @@ struct Window3x3Lanes {
     const int32_t lowest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::min() - x_zero_point);
     const int32_t highest = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::max() - x_zero_point);
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    Ints iota;
-    for (int k = 0; k < kLength; ++k) iota[k] = k;
+    const Ints iota = Lanes::iota();
     for (int32_t d = lowest; d <= highest; d += kLength) {
       const Ints difference = iota + d;
       Ints marked;
-      float_pass(select(difference <= highest, difference, Ints{} + highest), Floats{} + scale, zero_point, marked);
-      if (any_lane(marked)) return true;
+      Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), Floats{} + scale,
+                         zero_point, marked);
+      if (Lanes::any(marked)) return true;
     }
     return false;
   }
@@ -123,13 +111,6 @@ struct Window3x3Lanes {
     }
     exact = joined(exact_half[0], exact_half[1]);
     tie = joined(tie_half[0], tie_half[1]);
-  }
-
-  // Lanes::narrow for one vector: its kLength values (whole, within int32) to Q, saturated, at out.
-  static void narrow_one(Ints a, Q* out) {
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
   }
 
   // Lanes [h * kLength / 2, (h + 1) * kLength / 2) of a, and two halves joined.
@@ -159,7 +140,8 @@ struct Window3x3Lanes {
 template <class Q>
 class Plane3x3Pool : Window3x3Lanes<Q> {
   using Shared = Window3x3Lanes<Q>;
-  using Shared::float_pass, Shared::half, Shared::joined, Shared::narrow_one, Shared::ort_rounded, Shared::widened;
+  using Shared::any, Shared::floats_at, Shared::half, Shared::ints_at, Shared::joined, Shared::narrow_one,
+      Shared::ort_rounded, Shared::widened;
 
  public:
   using Lanes = RequantiseLanes<Q>;
@@ -170,6 +152,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   using HalfInts = typename Shared::HalfInts;
   using Doubles = typename Shared::Doubles;
   using Longs = typename Shared::Longs;
+  using Shorts = typename Lanes::Shorts;
 
   static bool applies(const PoolGeometry& g, int64_t channels) {
     return channels == 1 && Shared::same_size_3x3(g) && g.axes[0].in >= 3 && g.axes[1].in >= kStep;
@@ -225,49 +208,50 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     Ints edge_marks{};
     if (ties_at_edges_) {
       if (ort_decides_edges_) {
-        edges<true>(x, y, first, last);
+        edges<MarkRule::OrtOnly>(x, y, first, last);
       } else {
-        edges<false>(x, y, first, last);
+        edges<MarkRule::SettleAll>(x, y, first, last);
       }
       return;
     }
-    rows<false, true>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
-    rows<true, true>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
-    rows<true, false>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
-    if (any_lane(edge_marks)) {
-      edge_columns<false>(y, 0);
-      edge_columns<false>(y, w_ - 1);
+    rows<WindowRows::BelowOnly>(x, y, 0, 1, first, last, marks_outer_, edge_marks);
+    rows<WindowRows::Both>(x, y, 1, h_ - 1, first, last, marks_middle_, edge_marks);
+    rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_, first, last, marks_outer_, edge_marks);
+    if (any(edge_marks)) {
+      edge_columns<MarkRule::Rare>(y, 0);
+      edge_columns<MarkRule::Rare>(y, w_ - 1);
     }
   }
 
-  // A plane with ties at its edges (ties_at_edges_); kOrtOnly: ORT's float value decides every edge output (see
+  // A plane with ties at its edges (ties_at_edges_); kEdges OrtOnly: ORT's float value decides every edge output (see
   // ort_decides_edges_), else only the ties, the float pass the others.
-  template <bool kOrtOnly>
+  template <MarkRule kEdges>
   void edges(const Q* x, Q* y, bool first, bool last) {
     Ints edge_marks{};
-    border_row<false, true, kOrtOnly>(x, y, 0);
-    rows<true, true, false>(x, y, 1, h_ - 1, first, last, edge_marks);
-    border_row<true, false, kOrtOnly>(x, y, h_ - 1);
-    edge_columns<true, kOrtOnly>(y, 0);
-    edge_columns<true, kOrtOnly>(y, w_ - 1);
+    border_row<WindowRows::BelowOnly, kEdges>(x, y, 0);
+    rows<WindowRows::Both, MarkRule::Skip>(x, y, 1, h_ - 1, first, last, edge_marks);
+    border_row<WindowRows::AboveOnly, kEdges>(x, y, h_ - 1);
+    edge_columns<kEdges>(y, 0);
+    edge_columns<kEdges>(y, w_ - 1);
   }
 
-  // Row r, the first (kDown) or last (kUp) of a plane with ties at its edges: ORT's float value for every lane,
-  // from the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad column (adding
-  // a pad's 0 leaves ORT's sum as it is); kept in every lane (kOrtOnly), or in those the float pass (from the column
-  // sums) marks, every one a tie (marks_are_ties_). No branch per vector: a sixth of the lanes are ties (count 4, 6).
-  template <bool kUp, bool kDown, bool kOrtOnly>
+  // Row r, the first (has_below(kRows)) or last (has_above(kRows)) of a plane with ties at its edges: ORT's float value
+  // for every lane, from the dequantised elements of the two window rows, kept in row_terms_ with a 0 for each pad
+  // column (adding a pad's 0 leaves ORT's sum as it is); kept in every lane (OrtOnly), or in those the float pass (from
+  // the column sums) marks, every one a tie (marks_are_ties_). No branch per vector: a sixth of the lanes are ties
+  // (count 4, 6).
+  template <WindowRows kRows, MarkRule kEdges>
   void border_row(const Q* x, Q* y, int64_t r) {
-    static_assert(kUp != kDown);
+    static_assert(row_count(kRows) == 2);
     const int64_t w = w_;
     const Q* xr = x + r * w;
-    if constexpr (!kOrtOnly) column_sums<kUp, kDown>(xr, row_sums(r));
+    if constexpr (kEdges != MarkRule::OrtOnly) column_sums<kRows>(xr, row_sums(r));
     std::memcpy(edge_dwords(0) + r + 1, xr, sizeof(int32_t));  // for edge_columns
     std::memcpy(edge_dwords(1) + r + 1, xr + w - 4, sizeof(int32_t));
     float* upper = row_terms_.data() + 1;  // the window's upper row (row-major: its elements are added first)
     float* lower = upper + w + 2;
-    dequantised_row(xr - (kUp ? w : 0), upper);
-    dequantised_row(xr + (kDown ? w : 0), lower);
+    dequantised_row(xr - (has_above(kRows) ? w : 0), upper);
+    dequantised_row(xr + (has_below(kRows) ? w : 0), lower);
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats y_scale = Floats{} + q_.y_scale;
     const float y_zero_point = static_cast<float>(q_.y_zero_point);
@@ -278,10 +262,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       const Floats acc = floats_at(upper + j - 1) + floats_at(upper + j) + floats_at(upper + j + 1) +
                          floats_at(lower + j - 1) + floats_at(lower + j) + floats_at(lower + j + 1);
       Ints out = ort_rounded(acc, floats_at(count_outer_.data() + j), y_scale, y_zero_point);
-      if constexpr (!kOrtOnly) {
+      if constexpr (kEdges != MarkRule::OrtOnly) {
         Ints marked;
         const Ints rounded = requantised(sums, j, scale_outer_.data(), zero_point, marked);
-        out = (marked & out) | (~marked & rounded);
+        out = Lanes::resolved(marked, Ints{} - 1, out, out, rounded);  // every mark a tie (marks_are_ties_)
       }
       narrow_one(out, y + r * w + j);
     }
@@ -298,34 +282,30 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     }
   }
 
-  // kLength values from p (loads, not memcpy: GCC built such vectors on the stack from two halves)
-  static Floats floats_at(const float* p) { return Floats(_mm256_loadu_ps(p)); }
-  static Ints ints_at(const int32_t* p) { return Ints(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, bool marks, Ints& edge_marks) {
     if (marks) {
-      rows<kUp, kDown, true>(x, y, begin, end, first, last, edge_marks);
+      rows<kRows, MarkRule::Rare>(x, y, begin, end, first, last, edge_marks);
     } else {
-      rows<kUp, kDown, false>(x, y, begin, end, first, last, edge_marks);
+      rows<kRows, MarkRule::Skip>(x, y, begin, end, first, last, edge_marks);
     }
   }
 
-  // Output rows [begin, end), which share which neighbour rows they have (above: kUp, below: kDown). Per row:
-  // the column sums of its window rows (less x_zero_point per element) into column_sums_, then each output adds
-  // three neighbouring column sums (the pad columns hold 0) and is requantised as Requantiser::span does (same
-  // float operations, same marks), in steps of kStep outputs, the rest a vector at a time. Marks are only
-  // gathered over the row (kMarks); a row with any is done again by settle_row.
-  template <bool kUp, bool kDown, bool kMarks>
+  // Output rows [begin, end), which share which neighbour rows they have (above: has_above(kRows), below:
+  // has_below(kRows)). Per row: the column sums of its window rows (less x_zero_point per element) into column_sums_,
+  // then each output adds three neighbouring column sums (the pad columns hold 0) and is requantised as
+  // Requantiser::span does (same float operations, same marks), in steps of kStep outputs, the rest a vector at a time.
+  // Marks are only gathered over the row (MarkRule::Rare); a row with any is done again by settle_row.
+  template <WindowRows kRows, MarkRule kMarks>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end, bool first, bool last, Ints& edge_marks) {
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     const float* scale = (rows_valid == 3 ? scale_middle_ : scale_outer_).data();
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    if (begin < end) column_sums<kUp, kDown>(x + begin * w_, row_sums(begin));
+    if (begin < end) column_sums<kRows>(x + begin * w_, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them (store forwarding
       // fails for loads across two stores)
-      if (r + 1 < end) column_sums<kUp, kDown>(x + (r + 1) * w_, row_sums(r + 1));
+      if (r + 1 < end) column_sums<kRows>(x + (r + 1) * w_, row_sums(r + 1));
       const int16_t* sums = row_sums(r);
       std::memcpy(edge_dwords(0) + r + 1, x + r * w_, sizeof(int32_t));  // for edge_columns
       std::memcpy(edge_dwords(1) + r + 1, x + r * w_ + w_ - 4, sizeof(int32_t));
@@ -337,7 +317,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         for (int v = 0; v < 4; ++v) {
           Ints marked;
           rounded[v] = requantised(sums, j + v * kLength, scale, zero_point, marked);
-          if constexpr (kMarks) row_marks |= marked;
+          if constexpr (kMarks == MarkRule::Rare) row_marks |= marked;
         }
         Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], yr + j);
       }
@@ -345,10 +325,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         j = min_of(j, w_ - kLength);
         Ints marked;
         narrow_one(requantised(sums, j, scale, zero_point, marked), yr + j);
-        if constexpr (kMarks) row_marks |= marked;
+        if constexpr (kMarks == MarkRule::Rare) row_marks |= marked;
       }
-      if (kMarks && __builtin_expect(any_lane(row_marks), 0)) {
-        settle_row<kUp, kDown>(x, y, r, first, last, scale, zero_point, edge_marks);
+      if (kMarks == MarkRule::Rare && __builtin_expect(any(row_marks), 0)) {
+        settle_row<kRows>(x, y, r, first, last, scale, zero_point, edge_marks);
       }
     }
   }
@@ -356,24 +336,20 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // out[1 + c], c in [0, w): the sum of column c over the window rows of the row at xr, less x_zero_point per
   // row (so that a window's three of them add up to its difference from its zero sum). In int16 (at most
   // 3 x 255), 16 columns at a time, the last 16 moved back to end at w.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   void column_sums(const Q* xr, int16_t* out_padded) {
-    constexpr bool kSigned = std::is_signed_v<Q>;
-    constexpr int rows_valid = 1 + kUp + kDown;
-    auto widened = [](const Q* p) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      return kSigned ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
-    };
-    const __m256i zero_sum = _mm256_set1_epi16(static_cast<int16_t>(q_.x_zero_point * rows_valid));
+    constexpr int rows_valid = row_count(kRows);
+    constexpr int64_t kShorts = 2 * kLength;
+    const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * rows_valid);
     int16_t* out = out_padded + 1;
     const int64_t w = w_;
-    for (int64_t c = 0;; c += 16) {
-      c = min_of<int64_t>(c, w - 16);
-      __m256i s = _mm256_sub_epi16(widened(xr + c), zero_sum);
-      if constexpr (kUp) s = _mm256_add_epi16(s, widened(xr + c - w));
-      if constexpr (kDown) s = _mm256_add_epi16(s, widened(xr + c + w));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), s);
-      if (c + 16 >= w) break;
+    for (int64_t c = 0;; c += kShorts) {
+      c = min_of<int64_t>(c, w - kShorts);
+      Shorts s = Shared::widened_shorts(xr + c) - zero_sum;
+      if constexpr (has_above(kRows)) s += Shared::widened_shorts(xr + c - w);
+      if constexpr (has_below(kRows)) s += Shared::widened_shorts(xr + c + w);
+      Shared::store(out + c, s);
+      if (c + kShorts >= w) break;
     }
   }
 
@@ -384,21 +360,16 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // the window's difference from its zero sum, with the window's scale from the row's scales): the same
   // rounded values and marks.
   static Ints requantised(const int16_t* sums, int64_t c, const float* scale, Floats zero_point, Ints& marked) {
-    auto sums_at = [&](int64_t at) {  // sums[at .. at + kLength) widened to int32
-      return Ints(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sums + at))));
-    };
+    auto sums_at = [&](int64_t at) { return Shared::ints_of_shorts(sums + at); };
     const Ints difference = sums_at(c) + sums_at(c + 1) + sums_at(c + 2);
-    Floats s;
-    std::memcpy(&s, scale + c, sizeof s);
-    return float_pass(difference, s, zero_point, marked);
+    return Shared::requantised(difference, floats_at(scale + c), zero_point, marked);
   }
 
   // With distinct scales the float pass marks only windows whose value can lie within kMarkBand of a tie; for
-  // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can (0.05 / 0.031:
-  // fractions k / 279 and k / 186), and those rows then round without gathering marks (a quarter of their
-  // time). Decided by can_mark (about 3800 differences, ~2 us), remembered per thread for the last parameters:
-  // ORT's thread pool calls run() per chunk of a few planes. A call of fewer than kMarkCheckWork elements does
-  // not decide (the decision would cost more than it can save) and gathers the marks.
+  // most scale pairs none of the middle rows' windows (9 elements, 6 at the row's ends) can, and those rows then round
+  // without gathering marks. Decided by can_mark, remembered per thread for the last parameters: ORT's thread pool
+  // calls run() per chunk of a few planes. A call of fewer than kMarkCheckWork elements does not decide (the decision
+  // would cost more than it can save) and gathers the marks.
   bool middle_rows_mark(int64_t work) const {
     struct Decision {
       bool known;
@@ -426,10 +397,10 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // Row r again, with marks: the marks of columns 0 and w - 1 added to edge_marks (edge_columns settles them),
   // the other marked values settled a vector at a time (settled). The vectors' input bytes around them come from
   // the plane, or at the call's first or last plane, where they reach outside it, from a zero-padded copy.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   __attribute__((noinline)) void settle_row(const Q* x, Q* y, int64_t r, bool first, bool last, const float* scale,
                                             Floats zero_point, Ints& edge_marks) {
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     const WindowConstants k{Ints{} + static_cast<int32_t>(q_.x_zero_point * rows_valid * 3),
@@ -439,7 +410,8 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     for (int64_t j = 0; j < w_; j += kLength) {
       j = min_of(j, w_ - kLength);
       const int64_t i = r * w_ + j;
-      const int64_t lo = i - 1 - (kUp ? w_ : 0), hi = i + kLength + 1 + (kDown ? w_ : 0);  // bytes read: [lo, hi)
+      const int64_t lo = i - 1 - (has_above(kRows) ? w_ : 0),
+                    hi = i + kLength + 1 + (has_below(kRows) ? w_ : 0);  // bytes read: [lo, hi)
       const Q* at = x + i;
       if ((first && lo < 0) || (last && hi > size_)) {
         Q* copy = edge_copy_.data();
@@ -454,7 +426,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       const Ints edge = (col == 0) | (col == static_cast<int32_t>(w_ - 1));
       edge_marks |= marks & edge;
       marks &= ~edge;
-      if (any_lane(marks)) rounded = settled<kUp, kDown>(at, j, k, marks, rounded);
+      if (any(marks)) rounded = settled<kRows>(at, j, k, marks, rounded);
       narrow_one(rounded, y + i);
     }
   }
@@ -475,12 +447,12 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     Ints edge;               // at a row's end (not left_in or not right_in)
     Ints sum, zero_sum;      // the window's sum, and x_zero_point x its element count
   };
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   static Window window_at(const Q* p, int64_t col, const WindowConstants& k, int64_t w) {
     auto column = [&](const Q* q) {  // the column of up to three rows at q
       Ints s = widened(q);
-      if constexpr (kUp) s += widened(q - w);
-      if constexpr (kDown) s += widened(q + w);
+      if constexpr (has_above(kRows)) s += widened(q - w);
+      if constexpr (has_below(kRows)) s += widened(q + w);
       return s;
     };
     Ints c = k.iota + static_cast<int32_t>(col);
@@ -493,9 +465,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
     window.zero_sum = (window.edge & k.zero_edge) | (~window.edge & k.zero_full);
     return window;
   }
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   Window window_at(const Q* p, int64_t col, const WindowConstants& k) const {
-    return window_at<kUp, kDown>(p, col, k, w_);
+    return window_at<kRows>(p, col, k, w_);
   }
 
   // The final outputs of a vector of marked values (marks), whose first window is centred on p: the exact value
@@ -505,13 +477,13 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // pass's value where unmarked. Every lane computed, the marked lanes selected: at the cost of about one window
   // per vector, instead of a scalar evaluation per tie. Distinct scales only (the rows with equal scales have no
   // marks, or are border rows), where marked values are rare and most are not ties.
-  template <bool kUp, bool kDown>
+  template <WindowRows kRows>
   __attribute__((noinline)) Ints settled(const Q* p, int64_t col, const WindowConstants& k, Ints marks,
                                          Ints rounded) const {
-    const Window window = window_at<kUp, kDown>(p, col, k);
+    const Window window = window_at<kRows>(p, col, k);
     const Ints &left_in = window.left_in, &right_in = window.right_in, &edge = window.edge;
     const Ints &sum = window.sum, &zero_sum = window.zero_sum;
-    constexpr int64_t rows_valid = 1 + kUp + kDown;
+    constexpr int64_t rows_valid = row_count(kRows);
     Ints exact, tie;
     exact_and_ties(sum - zero_sum, edge, requantiser_.window_scale(rows_valid * 2),
                    requantiser_.window_scale(rows_valid * 3), exact, tie);
@@ -528,15 +500,14 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
       add(row, all);
       add(row + 1, right_in);
     };
-    if constexpr (kUp) add_row(p - w_);
+    if constexpr (has_above(kRows)) add_row(p - w_);
     add_row(p);
-    if constexpr (kDown) add_row(p + w_);
+    if constexpr (has_below(kRows)) add_row(p + w_);
     const Floats count_full = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 3);
     const Floats count_edge = Floats{} + static_cast<float>(q_.count_include_pad ? 9 : rows_valid * 2);
     const Floats count = Floats((edge & Ints(count_edge)) | (~edge & Ints(count_full)));
     const Ints ort = ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
-    const Ints settled_value = (tie & ort) | (~tie & exact);
-    return (marks & settled_value) | (~marks & rounded);
+    return Lanes::resolved(marks, tie, ort, exact, rounded);
   }
 
   // Outputs of column c (0 or w - 1) of every row, kLength rows at a time (the last group moved back to end at row
@@ -546,9 +517,9 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
   // selected. kTies (ties_at_edges_): every mark is a tie and a sixth of the lanes are, so each group is settled
   // without a branch; else only the groups with a mark, rare. kOrtOnly (ort_decides_edges_): ORT's value in every
   // lane, no float pass.
-  template <bool kTies, bool kOrtOnly = false>
+  template <MarkRule kEdges>
   void edge_columns(Q* y, int64_t c) {
-    static_assert(kTies || !kOrtOnly);
+    constexpr bool kTies = kEdges != MarkRule::Rare, kOrtOnly = kEdges == MarkRule::OrtOnly;
     Ints iota;
     for (int k = 0; k < kLength; ++k) iota[k] = k;
     const int64_t w = w_, h = h_;  // locals: the byte stores below may alias any member
@@ -609,7 +580,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         const Floats scale = Floats((full & Ints(scale_full)) | (~full & Ints(scale_short)));
         out = Lanes::requantised(difference, scale, zero_point, marked);
       }
-      if (kTies || any_lane(marked & (row < static_cast<int32_t>(h)))) {
+      if (kTies || any(marked & (row < static_cast<int32_t>(h)))) {
         Ints exact = out, tie = Ints{} - 1;  // with equal scales every marked value is a tie (marks_are_ties_)
         // (with kOrtOnly every lane is "marked" and a "tie": the selects keep ORT's value)
         if constexpr (!kTies) exact_and_ties(difference, full, dscale_full, dscale_short, exact, tie);
@@ -618,7 +589,7 @@ class Plane3x3Pool : Window3x3Lanes<Q> {
         for (int d = 0; d < 3; ++d) acc = acc + floats_at(left_terms + r0 + d) + floats_at(right_terms + r0 + d);
         const Floats count = Floats((full & Ints(count_full)) | (~full & Ints(count_short)));
         const Ints ort = ort_rounded(acc, count, y_scale, y_zero_point);
-        out = (marked & ((tie & ort) | (~tie & exact))) | (~marked & out);
+        out = Lanes::resolved(marked, tie, ort, exact, out);
       }
       Q* yc = y + r0 * w + c;
       if (r0 + kLength <= h) {

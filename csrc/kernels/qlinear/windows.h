@@ -2,6 +2,11 @@
 // Included by qlinear_pool.h, so it is part of the per-ISA kernels (namespace onnx_pools::ONNX_POOLS_ISA::{anon}).
 #pragma once
 
+#include <cstdint>
+
+#include "kernels/common/simd.h"
+#include "kernels/kernels.h"
+
 // Whether a plane's window sums can be taken as flat passes (flat_plane_sums): 2-D, stride 1 and no dilation on
 // both axes, kernels within the plane and outputs as large as the input (pads adding up to kernel - 1, as
 // 3x3 pad 1 has), so output row r and column j line up with input row r and column j.
