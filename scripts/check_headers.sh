@@ -21,6 +21,7 @@ TEMPORARY_EXCLUSIONS=(
   csrc/kernels/qlinear/nhwc3x3.h
   csrc/kernels/qlinear/plane3x3.h
   csrc/kernels/qlinear/qlinear_pool.h
+  csrc/kernels/qlinear/requantise.h
   csrc/kernels/qlinear/windows.h
 )
 TEMPORARY_INCLUDES_IN_NAMESPACE=(csrc/kernels/isa/table_impl.h)
