@@ -9,7 +9,8 @@
 #   2. no #include inside a namespace, in any file of csrc/;
 #   3. no file outside csrc/ort/ includes an ONNX Runtime header.
 # Env: ONNXRUNTIME_INCLUDE_DIR (ORT's C API headers; default: a system install, else the pinned ones
-# cmake/fetch_ort_headers.sh fetches, into build/ort-headers-1.21 as CMake does), CXX (default g++), JOBS (default 2).
+# cmake/fetch_ort_headers.sh fetches, into build/ort-headers-1.21 as CMake does), ONNXRUNTIME_EP_INCLUDE_DIR (headers
+# with the plugin-EP API for csrc/ort/ep/; default: the pinned 1.27 ones), CXX (default g++), JOBS (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,12 @@ if [ -z "${ONNXRUNTIME_INCLUDE_DIR:-}" ]; then
   fi
 fi
 [ -f "$ONNXRUNTIME_INCLUDE_DIR/onnxruntime_c_api.h" ] || { echo "check_headers: no onnxruntime_c_api.h in $ONNXRUNTIME_INCLUDE_DIR"; exit 1; }
-export CXX ONNXRUNTIME_INCLUDE_DIR
+# the plugin execution provider (csrc/ort/ep/) compiles against headers with the EP API, as in CMakeLists.txt
+if [ -z "${ONNXRUNTIME_EP_INCLUDE_DIR:-}" ]; then
+  bash cmake/fetch_ort_headers.sh build/ort-headers-1.27 1.27 >/dev/null
+  ONNXRUNTIME_EP_INCLUDE_DIR=$PWD/build/ort-headers-1.27/usr/include/onnxruntime
+fi
+export CXX ONNXRUNTIME_INCLUDE_DIR ONNXRUNTIME_EP_INCLUDE_DIR
 
 excluded() { local f; for f in "${TEMPORARY_EXCLUSIONS[@]}"; do [ "$f" = "$1" ] && return 0; done; return 1; }
 include_allowed() {
@@ -71,7 +77,9 @@ while IFS= read -r file; do
     [[ $file == csrc/kernels/qlinear/* ]]; then
     per_isa=1
   fi
-  if [[ $file == csrc/ort/* ]]; then
+  if [[ $file == csrc/ort/ep/* ]]; then
+    echo "$file|ort|-I$ONNXRUNTIME_EP_INCLUDE_DIR"
+  elif [[ $file == csrc/ort/* ]]; then
     echo "$file|ort|-I$ONNXRUNTIME_INCLUDE_DIR"
   elif [ $per_isa = 0 ]; then
     echo "$file|plain|"
