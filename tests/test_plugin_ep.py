@@ -334,3 +334,78 @@ def test_one_library_two_entry_points():
 def test_ep_route_refused_below_1_24():
     with pytest.raises(RuntimeError, match="1.24"):
         onnx_pools.ep_session_options()
+
+
+def _refused_models():
+    """(what, op, model, X, reference of Y, ORT's message) of models ORT's own schemas refuse at load, before any
+    execution provider: on the EP route the suite skips the cases that build such models (conftest.ort_refusal); the
+    custom-op route runs them because the library's schemas replace ORT's for the ops it takes."""
+    shape = [1, 1, 6]
+    qlinear = dict(kernel_shape=[2], strides=[2])
+    xq = np.array([[[0, 9, 4, 4, 200, 255]]], np.uint8)
+    empty_zero_point = qlinear_model("uint8", shape, qlinear, (0.5, 3, 0.25, 7))
+    empty_zero_point.graph.node[0].input[2] = ""  # x_zero_point given as "" (absent: 0)
+    shaped_scale = qlinear_model("uint8", shape, qlinear, (0.5, 3, 0.25, 7))
+    scale = next(i for i in shaped_scale.graph.initializer if i.name == "xs")
+    scale.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), "xs"))
+    xb = sample("bfloat16", [1, 2, 3], ("refused", "bf16"))
+    xf = sample("float32", shape, ("refused", "lp"))
+
+    def qref(xz):
+        return qlinear_average_pool(xq, 0.5, xz, 0.25, 7, [2], [2], None, "NOTSET", 0, 0, 0)[0]
+
+    return [
+        (
+            "bfloat16 GlobalMaxPool-1 (ONNX lists bfloat16 from opset 22)",
+            "GlobalMaxPool",
+            make_model("GlobalMaxPool", 1, "bfloat16", [1, 2, 3]),
+            xb,
+            global_max_pool(xb),
+            r"Type Error: Type 'tensor\(bfloat16\)' of input parameter \(X\) of operator \(GlobalMaxPool\)",
+        ),
+        (
+            "LpPool-11 with ceil_mode (an attribute from opset 18)",
+            "LpPool",
+            make_model("LpPool", 11, "float32", shape, dict(kernel_shape=[4], strides=[4], ceil_mode=1)),
+            xf,
+            lp_pool(xf, [4], [4], ceil_mode=1, p=2),
+            r"Unrecognized attribute: ceil_mode for operator LpPool",
+        ),
+        (
+            "QLinearAveragePool with an empty x_zero_point input",
+            "QLinearAveragePool",
+            empty_zero_point,
+            xq,
+            qref(0),
+            r"\[TypeInferenceError\] Input data type does not match the expected data type",
+        ),
+        (
+            "QLinearAveragePool with a scale of shape [1]",
+            "QLinearAveragePool",
+            shaped_scale,
+            xq,
+            qref(3),
+            r"\[TypeInferenceError\] Scale and Zero-point must be a scalar",
+        ),
+    ]
+
+
+@needs_ep
+@pytest.mark.parametrize("case", range(4), ids=["bfloat16-opset1", "lppool11-ceil_mode", "empty-zp", "scale-[1]"])
+def test_models_ort_refuses_before_any_ep(case):
+    """The models the EP route's skips stand for: ORT refuses them at load with its schema's message, with the EP and
+    without any library alike; the custom-op route loads them and runs them on the library's kernel."""
+    what, op, model, x, ref, message = _refused_models()[case]
+    with pytest.raises(Exception, match=message):
+        ep_session(model)
+    with pytest.raises(Exception, match=message):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = onnx_pools.session_options(model=model)
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    (y,), ran = calls(op, lambda: run_session(sess, {"X": x}))
+    assert ran == 1, what
+    if op == "QLinearAveragePool":
+        np.testing.assert_array_equal(y, ref, err_msg=what)
+    else:
+        assert_close(y, ref, str(x.dtype) if x.dtype != DTYPES["bfloat16"] else "bfloat16", 1.0, what)

@@ -478,12 +478,16 @@ _ISA_SCRIPT = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests_dir!r})
+    import pytest
     import onnx_pools
     import test_qlinear_average_pool as T
     from reference_qlinear import qlinear_average_pool
     assert onnx_pools.active_isa() == {isa!r}, onnx_pools.active_isa()
     for case in T.CASES:
-        x, y = T._run_case(case)
+        try:
+            x, y = T._run_case(case)
+        except pytest.skip.Exception:  # EP route: ORT's com.microsoft schema refuses it (conftest.ort_refusal)
+            continue
         xz, yz = T._effective_zps(case)
         ref, pre = qlinear_average_pool(
             x, case["xs"], xz, case["ys"], yz, case["attrs"]["kernel_shape"], case["strides"], case["pads"],
