@@ -4,6 +4,8 @@ registry, fuses QDQ average-pool units onto its QLinearAveragePool kernel, and m
 GetCapability. Results against the float64 references; call counters prove the EP's kernels ran (no custom-op
 library is registered in these sessions)."""
 
+import platform
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -181,7 +183,7 @@ def test_qlinear_average_pool_node(dtype, channels_last):
     for i, attrs in enumerate(QATTRS):
         shape = (2, 7, 9, 3) if channels_last else (2, 3, 7, 9)
         x = quant_sample(dtype, shape, ("qlap", dtype, channels_last, i))
-        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last))
+        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last), ort_layout=False)
         (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
         assert n == 1
         ref, pre = qlinear_average_pool(
@@ -207,7 +209,7 @@ def test_qdq_unit_is_fused_onto_the_qlinear_kernel(dtype, com_microsoft):
         shape = (2, 3, 7, 9)
         x = quant_sample(dtype, shape, ("qdq", dtype, i))
         model = qdq_model(dtype, list(shape), attrs, QPARAMS[dtype], com_microsoft=com_microsoft)
-        sess = ep_session(model)
+        sess = ep_session(model, ort_layout=False)
         (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
         assert n == 1, f"the fused unit ran the library's kernel {n} times"
         ref, pre = qlinear_average_pool(
@@ -235,12 +237,43 @@ def test_qdq_unit_left_alone_when_a_parameter_is_not_a_constant():
     model.graph.input.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, []))
     x = quant_sample("uint8", (1, 3, 6, 6), ("qdq-input-scale",))
     feeds = {"X": x, "xs": np.array(QPARAMS["uint8"][0], np.float32)}
-    (y,), n = calls("QLinearAveragePool", lambda: ep_session(model).run(None, feeds))
+    (y,), n = calls("QLinearAveragePool", lambda: ep_session(model, ort_layout=False).run(None, feeds))
     assert n == 0
-    fused = ep_session(qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"]))
+    fused = ep_session(qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"]), ort_layout=False)
     (y_fused,), n = calls("QLinearAveragePool", lambda: fused.run(None, {"X": x}))
     assert n == 1
     assert np.abs(y.astype(np.int32) - y_fused.astype(np.int32)).max() <= 1
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_quantized_pools_left_to_ort_where_its_rewrites_run_them_faster(dtype):
+    """By default (ort_layout) the EP leaves a quantized average pool of <= 4 window elements to ORT (QDQ unit or
+    QLinearAveragePool node), int8 QDQ units on x86-64, and a float GlobalAveragePool between a DequantizeLinear and
+    a QuantizeLinear; the 3x3 units and nodes it takes. Results equal stock ORT's wherever ORT runs the node."""
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    x = quant_sample(dtype, (1, 3, 7, 9), ("left", dtype))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for attrs in QATTRS:
+        small = int(np.prod(attrs["kernel_shape"])) <= 4
+        for model in (
+            qdq_model(dtype, [1, 3, 7, 9], attrs, QPARAMS[dtype]),
+            qlinear_model(dtype, [1, 3, 7, 9], attrs, QPARAMS[dtype]),
+        ):
+            unit = model.graph.node[0].op_type == "DequantizeLinear"
+            (y,), n = calls("QLinearAveragePool", lambda: ep_session(model).run(None, {"X": x}))
+            taken = not small and not (unit and x86 and dtype == "int8")
+            assert n == int(taken), (attrs, [node.op_type for node in model.graph.node])
+            (stock,) = ort.InferenceSession(model.SerializeToString(), so).run(None, {"X": x})
+            assert np.abs(y.astype(np.int32) - stock.astype(np.int32)).max() <= int(taken)
+    gap = qdq_model(dtype, [1, 3, 7, 9], QATTRS[0], QPARAMS[dtype])
+    gap.graph.node[1].op_type = "GlobalAveragePool"
+    del gap.graph.node[1].attribute[:]
+    (y,), n = calls("GlobalAveragePool", lambda: ep_session(gap).run(None, {"X": x}))
+    assert n == 0
+    (y,), n = calls("GlobalAveragePool", lambda: ep_session(gap, ort_layout=False).run(None, {"X": x}))
+    assert n == 1
 
 
 def conv_gap_model(dtype=TensorProto.FLOAT, np_dtype=np.float32, feeder="Conv"):
