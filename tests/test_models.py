@@ -240,6 +240,12 @@ def test_model_runs_with_library(path, threads):
             np.testing.assert_allclose(
                 y.astype(np.float64), r.astype(np.float64), rtol=1e-3, atol=1e-5, err_msg=path.name
             )
+        elif "_qdq_" in path.name:
+            # the fused QDQ pools round their averages once, where ORT (int8 units: a float pool between its
+            # DequantizeLinear and QuantizeLinear) rounds after float arithmetic: one step of Y at most
+            (dq,) = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == meta.name]
+            step = float(_init(model, dq.input[1]))
+            np.testing.assert_allclose(y, r, rtol=0, atol=step * 1.001, err_msg=path.name)
         elif path.name.startswith("inception_qop_"):
             # 9 pools feeding 64 QLinearConvs; the library's pools agree with ORT's (identical in every seed tried),
             # one quantization step allowed for a rounding near a tie
