@@ -41,6 +41,7 @@ __all__ = [
     "ONNX_TYPES",
     "PACKAGE_ROOT",
     "QTYPES",
+    "ROUTE",
     "SUBNORMAL",
     "TESTS_DIR",
     "TIE_TOL",
