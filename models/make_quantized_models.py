@@ -16,10 +16,19 @@ and the whole-model benchmark network (bench --whole-models times it at batch 1 
 an Inception-v3-style float network (opset 13, symbolic batch "N", input Nx3x71x71; see build_inception_float)
 with 9 AveragePool 3x3 s1 pad 1 branches, quantized the same way: 9 com.microsoft.QLinearAveragePool nodes on
 Nx64x35x35 (3), Nx128x17x17 (4) and Nx192x8x8 (2) inputs.  Its float model is not kept (it holds 4x the weights).
+
+and the QDQ benchmark networks (`--sets qdq` writes only these and PROVENANCE_qdq.md):
+    inception_qdq_uint8.onnx, inception_qdq_int8.onnx, resnet_qdq_uint8.onnx, resnet_qdq_int8.onnx
+the same Inception-style network and a ResNet-style one (see build_resnet_float: 2 ResNet-D downsampling
+shortcuts with AveragePool 2x2 s2, GlobalAveragePool head), quantized by quantize_static in its default QDQ format
+(DequantizeLinear -> op -> QuantizeLinear around every op, standard domain only, as most quantizers emit them): ORT
+fuses each DequantizeLinear -> AveragePool -> QuantizeLinear into com.microsoft.QLinearAveragePool at load, the
+plugin EP claims the unit as one fused node.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import platform
@@ -198,6 +207,72 @@ def build_inception_float() -> onnx.ModelProto:
     return model
 
 
+RESNET_INPUT = (1, 3, 64, 64)
+RESNET_POOLS = 2
+QDQ_NAMES = {
+    "inception": {"uint8": "inception_qdq_uint8.onnx", "int8": "inception_qdq_int8.onnx"},
+    "resnet": {"uint8": "resnet_qdq_uint8.onnx", "int8": "resnet_qdq_int8.onnx"},
+}
+
+
+def build_resnet_float() -> onnx.ModelProto:
+    """A ResNet-D-style network: stem Conv 3x3 s2 (3->16) at 32x32; stages of 2 basic blocks (Conv 3x3 -> Relu ->
+    Conv 3x3, + shortcut, Relu) at 16x32x32, 32x16x16 and 64x8x8; the first block of the second and third stage
+    downsamples with a Conv 3x3 s2 and a shortcut AveragePool 2x2 s2 -> Conv 1x1 (ResNet-D's avg-pool shortcut);
+    GlobalAveragePool, Flatten, Gemm (10 classes)."""
+    b = _Builder(SEED + 11)
+
+    def conv(x, cin, cout, kernel, stride=1, relu=True):
+        if relu:
+            return b.conv_relu(x, cin, cout, kernel, stride)
+        y = b.conv_relu(x, cin, cout, kernel, stride)  # drop the Relu: a block's second conv feeds the Add
+        b.nodes.pop()
+        return y[: -len("_relu")]
+
+    def add_relu(x, shortcut):
+        n = b.name("add")
+        b.nodes += [
+            helper.make_node("Add", [x, shortcut], [n], name=n),
+            helper.make_node("Relu", [n], [n + "_relu"], name=n + "_relu"),
+        ]
+        return n + "_relu"
+
+    def shortcut_pool(x):
+        n = b.name("avgpool")
+        b.nodes.append(helper.make_node("AveragePool", [x], [n], name=n, kernel_shape=[2, 2], strides=[2, 2]))
+        return n
+
+    x = conv("X", 3, 16, (3, 3), stride=2)  # 64 -> 32
+    c = 16
+    for stage, width in enumerate((16, 32, 64)):
+        for block in range(2):
+            down = stage > 0 and block == 0
+            y = conv(x, c, width, (3, 3), stride=2 if down else 1)
+            y = conv(y, width, width, (3, 3), relu=False)
+            shortcut = conv(shortcut_pool(x), c, width, (1, 1), relu=False) if down else x
+            x = add_relu(y, shortcut)
+            c = width
+    wf = (b.rng.standard_normal((10, c)) * np.sqrt(1.0 / c)).astype(np.float32)
+    b.inits += [numpy_helper.from_array(wf, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
+    b.nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["Y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(
+        b.nodes,
+        "resnet_float",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", *RESNET_INPUT[1:]])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+    model.producer_name = "onnx-pools make_quantized_models.py"
+    onnx.checker.check_model(model, full_check=True)
+    assert sum(n.op_type == "AveragePool" for n in model.graph.node) == RESNET_POOLS
+    return model
+
+
 def calibration_inputs(n=8, seed=SEED + 1, shape=INPUT_SHAPE):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(shape).astype(np.float32) for _ in range(n)]
@@ -244,12 +319,104 @@ def quantize(float_path, out_path, activation_type, shape=INPUT_SHAPE, pools=2):
     return q
 
 
+def quantize_qdq(float_path, out_path, activation_type, shape, pools):
+    """quantize_static in its default QDQ format: every AveragePool between a DequantizeLinear and a
+    QuantizeLinear, the model importing the standard domain only."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_out = os.path.join(tmp, "q.onnx")
+        quantize_static(
+            float_path,
+            tmp_out,
+            Reader(shape),
+            quant_format=QuantFormat.QDQ,
+            activation_type=activation_type,
+            weight_type=QuantType.QInt8,
+            per_channel=False,
+        )
+        q = onnx.load(tmp_out)
+    if q.ir_version > 10:
+        q.ir_version = 10
+    q.producer_name = "onnx-pools make_quantized_models.py (onnxruntime.quantization.quantize_static, QDQ)"
+    assert {o.domain for o in q.opset_import} <= {"", "ai.onnx"}, [o.domain for o in q.opset_import]
+    producer = {o: n for n in q.graph.node for o in n.output}
+    readers = {}
+    for n in q.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    units = 0
+    for n in q.graph.node:
+        if n.op_type != "AveragePool":
+            continue
+        dq, (qn,) = producer[n.input[0]], readers[n.output[0]]
+        assert dq.op_type == "DequantizeLinear" and qn.op_type == "QuantizeLinear", (dq.op_type, qn.op_type)
+        units += 1
+    assert units == pools, f"expected {pools} DequantizeLinear -> AveragePool -> QuantizeLinear units, got {units}"
+    onnx.checker.check_model(q)
+    onnx.save(q, out_path)
+    return q
+
+
+def write_qdq_models():
+    """The QDQ benchmark networks and PROVENANCE_qdq.md."""
+    builders = {
+        "inception": (build_inception_float, INCEPTION_INPUT, INCEPTION_POOLS),
+        "resnet": (build_resnet_float, RESNET_INPUT, RESNET_POOLS),
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for net, (build, shape, pools) in builders.items():
+            float_path = os.path.join(tmp, f"{net}_float.onnx")
+            onnx.save(build(), float_path)
+            for tag, at in (("uint8", QuantType.QUInt8), ("int8", QuantType.QInt8)):
+                path = os.path.join(HERE, QDQ_NAMES[net][tag])
+                q = quantize_qdq(float_path, path, at, shape, pools)
+                ops = sorted({(n.domain or "ai.onnx") + "." + n.op_type for n in q.graph.node})
+                rows.append(f"| {QDQ_NAMES[net][tag]} | {tag} | `{sha256(path)}` | {pools} | {', '.join(ops)} |")
+                print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    lines = [
+        "# Provenance of the QDQ benchmark models",
+        "",
+        "Generated by `python models/make_quantized_models.py --sets qdq` (deterministic: seeded weights and",
+        "calibration data).",
+        "",
+        "| tool | version |",
+        "|---|---|",
+        f"| python | {platform.python_version()} |",
+        f"| onnx | {onnx.__version__} |",
+        f"| onnxruntime (quantize_static, QDQ format, MinMax calibration, 8 samples) | {onnxruntime.__version__} |",
+        f"| numpy | {np.__version__} |",
+        "",
+        "Float networks (opset 13, symbolic batch N, not kept): the Inception-style one of PROVENANCE_quantized.md",
+        "(X Nx3x71x71, 9 AveragePool 3x3 s1 pad 1) and a ResNet-D-style one (see build_resnet_float: X Nx3x64x64,",
+        "basic blocks at 16x32x32, 32x16x16, 64x8x8, 2 AveragePool 2x2 s2 shortcuts on 16x32x32 and 32x16x16,",
+        "GlobalAveragePool head). Activations uint8 or int8, weights int8, per tensor; the models import the",
+        "standard domain only.",
+        "",
+        "| file | activations | sha256 | DequantizeLinear -> AveragePool -> QuantizeLinear units | ops |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+    with open(os.path.join(HERE, "PROVENANCE_qdq.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def main():
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python models/make_quantized_models.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--sets", default="qoperator,qdq", help="qoperator and/or qdq (default both)")
+    sets = set(ap.parse_args(argv).sets.split(","))
+    if "qdq" in sets:
+        write_qdq_models()
+    if "qoperator" in sets:
+        write_qoperator_models()
+    return 0
+
+
+def write_qoperator_models():
     float_model = build_float_model()
     float_path = os.path.join(HERE, FLOAT_NAME)
     onnx.save(float_model, float_path)
@@ -316,7 +483,6 @@ def main():
         lines.append(f"| {INCEPTION_NAMES[tag]} | {tag} | `{digest}` | {', '.join(inception[tag])} |")
     with open(os.path.join(HERE, "PROVENANCE_quantized.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

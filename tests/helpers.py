@@ -41,6 +41,7 @@ __all__ = [
     "ONNX_TYPES",
     "PACKAGE_ROOT",
     "QTYPES",
+    "ROUTE",
     "SUBNORMAL",
     "TESTS_DIR",
     "TIE_TOL",
@@ -57,9 +58,11 @@ __all__ = [
     "expect_error",
     "from_ortvalue",
     "graph_model",
+    "load_time_shape",
     "make_session",
     "np_dtype",
     "option",
+    "ort_refusal",
     "pool_model",
     "pooling_nodes",
     "qlinear_3x3_cases",
@@ -68,6 +71,7 @@ __all__ = [
     "random_inputs",
     "random_lppool_case",
     "random_lppool_input",
+    "refused_by_ort",
     "rerun_on_isa",
     "rng_for",
     "run_op",
@@ -261,20 +265,79 @@ def _bytes(model: Any) -> bytes:
 ROUTE = os.environ.get("ONNX_POOLS_ROUTE", "custom-op")
 
 
+# ORT's refusals at load that come before any execution provider sees the model: the type, attribute and
+# shape checks of ORT's own schemas (ONNX's, com.microsoft's) when it resolves the graph.
+_SCHEMA_REFUSAL = re.compile(r"INVALID_GRAPH : This is an invalid model|\[(Type|Shape)InferenceError\]")
+
+
+def ort_refusal(model: Any, error: BaseException) -> str | None:
+    """ "ORT refuses ..." with ORT's message when `error` is a schema refusal at load that stock ORT (no library,
+    no EP) gives for `model` word for word; None otherwise (the error is the route's, a test must see it)."""
+    text = str(error)
+    if "onnx-pools" in text or not _SCHEMA_REFUSAL.search(text):
+        return None
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        ort.InferenceSession(_bytes(model), so, providers=["CPUExecutionProvider"])
+    except Exception as stock:
+        if str(stock) == text:
+            return f"ORT refuses this model before any execution provider sees it (stock ORT too): {text}"
+    return None
+
+
 def make_session(model: Any, library: bool = True, ops: Any = None, threads: int = 1) -> ort.InferenceSession:
-    """A CPU session of model (ModelProto or bytes) with the library registered for every op it takes (ops: the
-    selection; ORT's layout choices overridden: the library everywhere), or stock ORT alone (library=False)."""
+    """A CPU session of model (ModelProto or bytes) with the library for every op it takes (ops: the selection;
+    ORT's layout choices overridden: the library everywhere) through ROUTE, or stock ORT alone (library=False).
+    On the EP route a model ORT's own schemas refuse at load (which stock ORT refuses the same way) skips the test
+    with ORT's message: the custom-op route replaces those schemas with the library's, the EP route cannot."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
     if library and ROUTE == "ep":  # the EP takes every node it has a kernel for
-        return ort.InferenceSession(
-            _bytes(model), onnx_pools.ep_session_options(so, ops=ops, ort_layout=False, float16="all")
-        )
+        try:
+            return ort.InferenceSession(
+                _bytes(model), onnx_pools.ep_session_options(so, ops=ops, ort_layout=False, float16="all")
+            )
+        except Exception as error:
+            reason = ort_refusal(model, error)
+            if reason:
+                pytest.skip(reason)
+            raise
     if library:
         so = onnx_pools.session_options(so, ops=ops, model=model, ort_layout=False)
     return ort.InferenceSession(_bytes(model), so, providers=["CPUExecutionProvider"])
+
+
+def refused_by_ort(model: Any) -> str | None:
+    """ort_refusal's reason when the route is the EP and ORT's schemas refuse `model` at load; None otherwise.
+    For generated cases (property tests, subprocess scripts) that count such a case instead of skipping the test."""
+    if ROUTE != "ep":
+        return None
+    try:
+        make_session(model)
+    except pytest.skip.Exception as skip:
+        return str(skip)
+    except Exception:
+        return None
+    return None
+
+
+def load_time_shape(model: Any, expected: Sequence[Any]) -> list[Any]:
+    """The output shape a session on the single-output `model` reports at load, as get_outputs()[0].shape lists it.
+    Custom-op route: `expected`, the library's own shape inference. EP route: ORT infers shapes with its own
+    schemas (an EP adds no inference), which onnx.shape_inference runs too: [] where that schema infers none
+    (LpPool-1, GlobalLpPool-1), and its formula where it differs from the run (LpPool-18 ceil_mode with end pads,
+    auto_pad VALID with pads); the output a run returns has the kernel's shape on both routes."""
+    if ROUTE != "ep":
+        return list(expected)
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    output = onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type
+    if not output.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in output.shape.dim]
 
 
 @contextlib.contextmanager

@@ -136,7 +136,7 @@ def test_worker_modes(tmp_path, mode, columns):
     "mode, columns, kernel_column",
     [
         ("--denormals", ["case", "type", "threads", "lib normal ms", "lib subnormal ms", "lib tiny ms"], None),
-        ("--whole-models", ["model", "batch", "threads", "stock ms", "lib ms"], "lib-all kernel ran"),
+        ("--whole-models", ["model", "batch", "threads", "stock ms", "lib ms"], "lib kernel ran"),
         ("--qlinear-times", ["configuration", "threads", "lib min ms", "lib median ms"], "kernel ran"),
         ("--in-cache", ["case", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
     ],

@@ -4,6 +4,8 @@ registry, fuses QDQ average-pool units onto its QLinearAveragePool kernel, and m
 GetCapability. Results against the float64 references; call counters prove the EP's kernels ran (no custom-op
 library is registered in these sessions)."""
 
+import platform
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -182,7 +184,7 @@ def test_qlinear_average_pool_node(dtype, channels_last):
     for i, attrs in enumerate(QATTRS):
         shape = (2, 7, 9, 3) if channels_last else (2, 3, 7, 9)
         x = quant_sample(dtype, shape, ("qlap", dtype, channels_last, i))
-        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last))
+        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last), ort_layout=False)
         (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
         assert n == 1
         ref, pre = qlinear_average_pool(
@@ -208,7 +210,7 @@ def test_qdq_unit_is_fused_onto_the_qlinear_kernel(dtype, com_microsoft):
         shape = (2, 3, 7, 9)
         x = quant_sample(dtype, shape, ("qdq", dtype, i))
         model = qdq_model(dtype, list(shape), attrs, QPARAMS[dtype], com_microsoft=com_microsoft)
-        sess = ep_session(model)
+        sess = ep_session(model, ort_layout=False)
         (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
         assert n == 1, f"the fused unit ran the library's kernel {n} times"
         ref, pre = qlinear_average_pool(
@@ -236,12 +238,43 @@ def test_qdq_unit_left_alone_when_a_parameter_is_not_a_constant():
     model.graph.input.append(helper.make_tensor_value_info("xs", TensorProto.FLOAT, []))
     x = quant_sample("uint8", (1, 3, 6, 6), ("qdq-input-scale",))
     feeds = {"X": x, "xs": np.array(QPARAMS["uint8"][0], np.float32)}
-    (y,), n = calls("QLinearAveragePool", lambda: ep_session(model).run(None, feeds))
+    (y,), n = calls("QLinearAveragePool", lambda: ep_session(model, ort_layout=False).run(None, feeds))
     assert n == 0
-    fused = ep_session(qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"]))
+    fused = ep_session(qdq_model("uint8", [1, 3, 6, 6], QATTRS[0], QPARAMS["uint8"]), ort_layout=False)
     (y_fused,), n = calls("QLinearAveragePool", lambda: fused.run(None, {"X": x}))
     assert n == 1
     assert np.abs(y.astype(np.int32) - y_fused.astype(np.int32)).max() <= 1
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_quantized_pools_left_to_ort_where_its_rewrites_run_them_faster(dtype):
+    """By default (ort_layout) the EP leaves a quantized average pool of <= 4 window elements to ORT (QDQ unit or
+    QLinearAveragePool node), int8 QDQ units on x86-64, and a float GlobalAveragePool between a DequantizeLinear and
+    a QuantizeLinear; the 3x3 units and nodes it takes. Results equal stock ORT's wherever ORT runs the node."""
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    x = quant_sample(dtype, (1, 3, 7, 9), ("left", dtype))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for attrs in QATTRS:
+        small = int(np.prod(attrs["kernel_shape"])) <= 4
+        for model in (
+            qdq_model(dtype, [1, 3, 7, 9], attrs, QPARAMS[dtype]),
+            qlinear_model(dtype, [1, 3, 7, 9], attrs, QPARAMS[dtype]),
+        ):
+            unit = model.graph.node[0].op_type == "DequantizeLinear"
+            (y,), n = calls("QLinearAveragePool", lambda: ep_session(model).run(None, {"X": x}))
+            taken = not small and not (unit and x86 and dtype == "int8")
+            assert n == int(taken), (attrs, [node.op_type for node in model.graph.node])
+            (stock,) = ort.InferenceSession(model.SerializeToString(), so).run(None, {"X": x})
+            assert np.abs(y.astype(np.int32) - stock.astype(np.int32)).max() <= int(taken)
+    gap = qdq_model(dtype, [1, 3, 7, 9], QATTRS[0], QPARAMS[dtype])
+    gap.graph.node[1].op_type = "GlobalAveragePool"
+    del gap.graph.node[1].attribute[:]
+    (y,), n = calls("GlobalAveragePool", lambda: ep_session(gap).run(None, {"X": x}))
+    assert n == 0
+    (y,), n = calls("GlobalAveragePool", lambda: ep_session(gap, ort_layout=False).run(None, {"X": x}))
+    assert n == 1
 
 
 def conv_gap_model(dtype=TensorProto.FLOAT, np_dtype=np.float32, feeder="Conv"):
@@ -335,3 +368,78 @@ def test_one_library_two_entry_points():
 def test_ep_route_refused_below_1_24():
     with pytest.raises(RuntimeError, match="1.24"):
         onnx_pools.ep_session_options()
+
+
+def _refused_models():
+    """(what, op, model, X, reference of Y, ORT's message) of models ORT's own schemas refuse at load, before any
+    execution provider: on the EP route the suite skips the cases that build such models (helpers.ort_refusal); the
+    custom-op route runs them because the library's schemas replace ORT's for the ops it takes."""
+    shape = [1, 1, 6]
+    qlinear = dict(kernel_shape=[2], strides=[2])
+    xq = np.array([[[0, 9, 4, 4, 200, 255]]], np.uint8)
+    empty_zero_point = qlinear_model("uint8", shape, qlinear, (0.5, 3, 0.25, 7))
+    empty_zero_point.graph.node[0].input[2] = ""  # x_zero_point given as "" (absent: 0)
+    shaped_scale = qlinear_model("uint8", shape, qlinear, (0.5, 3, 0.25, 7))
+    scale = next(i for i in shaped_scale.graph.initializer if i.name == "xs")
+    scale.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), "xs"))
+    xb = sample("bfloat16", [1, 2, 3], ("refused", "bf16"))
+    xf = sample("float32", shape, ("refused", "lp"))
+
+    def qref(xz):
+        return qlinear_average_pool(xq, 0.5, xz, 0.25, 7, [2], [2], None, "NOTSET", 0, 0, 0)[0]
+
+    return [
+        (
+            "bfloat16 GlobalMaxPool-1 (ONNX lists bfloat16 from opset 22)",
+            "GlobalMaxPool",
+            make_model("GlobalMaxPool", 1, "bfloat16", [1, 2, 3]),
+            xb,
+            global_max_pool(xb),
+            r"Type Error: Type 'tensor\(bfloat16\)' of input parameter \(X\) of operator \(GlobalMaxPool\)",
+        ),
+        (
+            "LpPool-11 with ceil_mode (an attribute from opset 18)",
+            "LpPool",
+            make_model("LpPool", 11, "float32", shape, dict(kernel_shape=[4], strides=[4], ceil_mode=1)),
+            xf,
+            lp_pool(xf, [4], [4], ceil_mode=1, p=2),
+            r"Unrecognized attribute: ceil_mode for operator LpPool",
+        ),
+        (
+            "QLinearAveragePool with an empty x_zero_point input",
+            "QLinearAveragePool",
+            empty_zero_point,
+            xq,
+            qref(0),
+            r"\[TypeInferenceError\] Input data type does not match the expected data type",
+        ),
+        (
+            "QLinearAveragePool with a scale of shape [1]",
+            "QLinearAveragePool",
+            shaped_scale,
+            xq,
+            qref(3),
+            r"\[TypeInferenceError\] Scale and Zero-point must be a scalar",
+        ),
+    ]
+
+
+@needs_ep
+@pytest.mark.parametrize("case", range(4), ids=["bfloat16-opset1", "lppool11-ceil_mode", "empty-zp", "scale-[1]"])
+def test_models_ort_refuses_before_any_ep(case):
+    """The models the EP route's skips stand for: ORT refuses them at load with its schema's message, with the EP and
+    without any library alike; the custom-op route loads them and runs them on the library's kernel."""
+    what, op, model, x, ref, message = _refused_models()[case]
+    with pytest.raises(Exception, match=message):
+        ep_session(model)
+    with pytest.raises(Exception, match=message):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = onnx_pools.session_options(model=model)
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    (y,), ran = calls(op, lambda: run_session(sess, {"X": x}))
+    assert ran == 1, what
+    if op == "QLinearAveragePool":
+        np.testing.assert_array_equal(y, ref, err_msg=what)
+    else:
+        assert_close(y, ref, str(x.dtype) if x.dtype != DTYPES["bfloat16"] else "bfloat16", 1.0, what)

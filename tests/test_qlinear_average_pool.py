@@ -381,10 +381,13 @@ def test_identical_fraction_vs_stock_ort(request):
 
 
 def check_all():
-    """Every randomized case against the reference (rerun_on_isa runs this with each ISA forced). Returns the number
-    of cases."""
+    """Every randomized case against the reference (rerun_on_isa runs this with each ISA forced), but for those ORT's
+    com.microsoft schema refuses on the EP route (helpers.ort_refusal). Returns the number of cases."""
     for case in CASES:
-        _check_case(case)
+        try:
+            _check_case(case)
+        except pytest.skip.Exception:  # EP route: refused before any EP, as stock ORT refuses it
+            continue
     return len(CASES)
 
 

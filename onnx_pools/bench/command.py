@@ -97,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", help="--whole-models: comma-separated substrings of model file names")
     ap.add_argument("--all-models", action="store_true", help="--whole-models: also the fixed-shape demo models")
     ap.add_argument("--profile", action="store_true", help="--whole-models: ORT's profile per session")
+    ap.add_argument(
+        "--engines",
+        help="--whole-models: comma-separated sessions to time, stock first (default: all; stock, lib, plain, "
+        "lib-all, and ep with onnxruntime >= 1.24)",
+    )
     return ap
 
 
@@ -197,8 +202,13 @@ def _whole_models(run: _Run) -> None:
     batches = [1] if a.small else [int(b) for b in a.batch.split(",")]
     rounds = 2 if a.small else (8 if a.quick else a.rounds)
     substrings = a.models.split(",") if a.models else None
-    md, ok = whole_models_table(run.threads, batches, rounds, substrings, a.all_models, a.profile)
+    md, ok = whole_models_table(run.threads, batches, rounds, substrings, a.all_models, a.profile, _engines(a.engines))
     run.section("whole_models", md, ok)
+
+
+def _engines(text: str | None) -> tuple[str, ...] | None:
+    """--engines as a tuple (None: every available one)."""
+    return tuple(e.strip() for e in text.split(",") if e.strip()) if text else None
 
 
 def _qlinear_times(run: _Run) -> None:
@@ -256,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --baseline {args.baseline}: no such file", file=sys.stderr)
         return 2
     modes = list(MODES) if args.all else [m for m in MODES[1:] if getattr(args, m)] or ["table"]
+    if args.engines:
+        from onnx_pools.bench.whole_models import available_engines
+
+        chosen, known = _engines(args.engines) or (), available_engines()
+        if not chosen or chosen[0] != "stock" or not set(chosen) <= set(known):
+            print(f"error: --engines {args.engines}: stock first, then any of {', '.join(known[1:])}", file=sys.stderr)
+            return 2
     if args.readme and "table" not in modes:
         print("error: --readme needs the table's results (run the table, or --all)", file=sys.stderr)
         return 2

@@ -11,13 +11,15 @@ fixed-shape demo models. The batch is chosen at run time (--batch). Each model i
   * plain:    so.register_custom_ops_library(onnx_pools.get_library_path()) alone (no model-based choice),
   * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere),
   * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
+--engines picks some of them (stock first); the table's columns follow the sessions run.
 Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
 pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
 turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
 Reported: the median over rounds, the spread (25th-75th percentile of the rounds, as a percentage of the median),
 and ratios stock / session of the medians with the 25th-75th percentile of the per-round ratios. The layout nodes of
 each optimised graph (ReorderInput / ReorderOutput, com.microsoft.nchwc ops, Transpose) are listed: a custom pool
-that ORT cannot take into its blocked layout shows up as a ReorderOutput of the pool's whole input. --profile adds,
+that ORT cannot take into its blocked layout shows up as a ReorderOutput of the pool's whole input (not for the ep
+session: ORT cannot save an optimised graph holding an EP's fused nodes). --profile adds,
 per session, ORT's profile of 10 runs summed by op type (ms per run).
 """
 
@@ -29,6 +31,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -37,7 +40,7 @@ import onnx_pools
 from onnx_pools.bench.timing import time_runs
 from onnx_pools.model_tools import default_models_dir
 
-__all__ = ["ENGINES", "whole_models_table"]
+__all__ = ["ENGINES", "available_engines", "whole_models_table"]
 
 ENGINES: tuple[str, ...] = ("stock", "lib", "plain", "lib-all")
 NP_TYPES: dict[str, Any] = {
@@ -55,7 +58,7 @@ WARMUP_RUNS = 5
 TURN_S = 0.03
 
 
-def _engines() -> tuple[str, ...]:
+def available_engines() -> tuple[str, ...]:
     """ENGINES, and with onnxruntime >= 1.24 the plugin-EP route: onnx_pools.ep_session_options() (its defaults)."""
     import onnxruntime as ort
 
@@ -184,6 +187,24 @@ def time_sessions(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds
     return per_round
 
 
+def _library_kernels_ran(model: bytes, threads: int, feeds: dict[str, np.ndarray], lib_all: Any) -> bool:
+    """Whether a run with the library's kernels everywhere moved its call counters: the lib-all session (built here
+    when --engines leaves it out), else, with onnxruntime >= 1.24, an EP session taking every node it can
+    (ort_layout=False): QDQ units of a model that does not import com.microsoft run on the library only there."""
+    import onnxruntime as ort
+
+    before = sum(onnx_pools.call_counts().values())
+    (lib_all or ort.InferenceSession(model, _options("lib-all", model, threads))).run(None, feeds)
+    if sum(onnx_pools.call_counts().values()) > before or "ep" not in available_engines():
+        return sum(onnx_pools.call_counts().values()) > before
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    ort.InferenceSession(model, onnx_pools.ep_session_options(so, ort_layout=False)).run(None, feeds)
+    return sum(onnx_pools.call_counts().values()) > before
+
+
 def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -195,15 +216,17 @@ def whole_models_table(
     substrings: list[str] | None,
     include_all: bool,
     profile: bool,
+    engines: Sequence[str] | None = None,
 ) -> tuple[str, bool]:
-    """(markdown, the library's kernels ran in every lib session of a model with pooling nodes)."""
+    """(markdown, the library's kernels ran for every model with the library everywhere: _library_kernels_ran).
+    engines: the sessions to time, "stock" first (default: available_engines())."""
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
     rng = np.random.default_rng(0)
-    engines = _engines()
+    engines = tuple(engines) if engines else available_engines()
     columns = ["model", "batch", "threads", *(f"{e} ms" for e in engines), "spread % " + "/".join(engines)]
-    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib-all kernel ran"]
+    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib kernel ran"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
     layouts_seen: dict[str, dict[str, str]] = {}
@@ -217,9 +240,10 @@ def whole_models_table(
                     sessions, layouts = {}, {}
                     try:
                         for e in engines:
-                            path = os.path.join(tmp, f"{e}.onnx")
+                            # ORT cannot save an optimised graph holding an EP's fused nodes: no listing for "ep"
+                            path = None if e == "ep" else os.path.join(tmp, f"{e}.onnx")
                             sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
-                            layouts[e] = layout_nodes(path)
+                            layouts[e] = layout_nodes(path) if path else "-"
                     except Exception as exc:  # e.g. a model stock ORT cannot run
                         lines.append(f"| {name} | {batch or '-'} | {t} | {str(exc).splitlines()[0][:80]} |")
                         break
@@ -227,9 +251,7 @@ def whole_models_table(
                     feeds = _feeds(sessions["stock"], batch, rng)
                     if feeds is None:
                         break
-                    before = sum(onnx_pools.call_counts().values())
-                    sessions["lib-all"].run(None, feeds)
-                    ran = sum(onnx_pools.call_counts().values()) > before
+                    ran = _library_kernels_ran(model, t, feeds, sessions.get("lib-all"))
                     ok_all &= ran
                     rs = time_sessions(sessions, feeds, rounds)
                     med = {e: statistics.median(v) * 1e3 for e, v in rs.items()}
@@ -263,9 +285,10 @@ def whole_models_table(
                 f"over {len(v)} model x batch x thread runs"
             )
     lines += ["", "Layout nodes of the optimised graphs (ORT_ENABLE_ALL):", ""]
-    lines += ["| model | " + " | ".join(engines) + " |", "|" + "---|" * (len(engines) + 1)]
+    listed = [e for e in engines if e != "ep"]
+    lines += ["| model | " + " | ".join(listed) + " |", "|" + "---|" * (len(listed) + 1)]
     for name, layouts in layouts_seen.items():
-        lines.append(f"| {name} | " + " | ".join(layouts[e] for e in engines) + " |")
+        lines.append(f"| {name} | " + " | ".join(layouts[e] for e in listed) + " |")
     if profiles:
         lines += ["", "ORT profile, ms per run by op type (10 runs; ops above 2% of stock or differing by > 0.05 ms):"]
         for name, batch, t, prof in profiles:

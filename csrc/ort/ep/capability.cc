@@ -152,10 +152,40 @@ constexpr bool kX86_64 =
     false;
 #endif
 
+// The number of elements of a pool's window (kernel_shape's product); 0 when the attributes cannot be read.
+int64_t window_elements(const OrtNode* pool, const char* op) {
+  try {
+    const PoolAttributes attrs = read_pool_attributes(NodeAttributes(pool, op), op);
+    int64_t n = 1;
+    for (const int64_t k : attrs.kernel_shape) n *= k;
+    return n;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+// A quantized average pool with a window of at most this many elements is left to ORT: its NHWC kernel (ORT turns
+// QLinearConv graphs and their quantized pools to NHWC) is as fast there, and a node the EP takes stays NCHW, so
+// ORT puts a Transpose on each side of it (resnet_qdq_*: 2x2 shortcut pools, 0.92-0.94x stock when taken).
+constexpr int64_t kSmallQuantizedWindow = 4;
+
+const OrtNode* sole_consumer(const OrtValueInfo* value);
+
+// A float node between a DequantizeLinear and a QuantizeLinear: a QDQ group ORT fuses into one of its QLinear ops
+// (GlobalAveragePool -> com.microsoft.QLinearGlobalAveragePool) when the node stays with ORT.
+bool inside_qdq_group(const OrtNode* node) {
+  const std::vector<const OrtValueInfo*> in = inputs(node), out = outputs(node);
+  if (in.empty() || out.size() != 1) return false;
+  return is(producer(in[0]), "", "DequantizeLinear") && is(sole_consumer(out[0]), "", "QuantizeLinear");
+}
+
 // Whether a node the registry has a kernel for is left to ORT (EpOptions says why).
 bool left_to_ort(const OrtNode* node, const std::string& op, const EpOptions& options) {
   if (!options.ops.count(op)) return true;
+  if (op == "QLinearAveragePool")
+    return options.ort_layout && window_elements(node, "QLinearAveragePool") <= kSmallQuantizedWindow;
   if (domain(node) != "") return false;
+  if (options.ort_layout && inside_qdq_group(node)) return true;
   const ONNXTensorElementDataType type = element_type(inputs(node).at(0));
   if (options.ort_layout && kX86_64 && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT &&
       (op == "GlobalAveragePool" || op == "GlobalMaxPool") && fed_by_conv(node))
@@ -196,7 +226,7 @@ const OrtNode* sole_consumer(const OrtValueInfo* value) {
 // DequantizeLinear -> AveragePool -> QuantizeLinear around `pool`, each the only reader of the previous one's
 // output, int8/uint8 in and out (the same type), scalar constant parameters, and pool attributes the
 // QLinearAveragePool kernel takes. Fills the three nodes and the unit.
-bool match_qdq_unit(const OrtNode* pool, const OrtNode* (&nodes)[3], FusedAveragePool& unit) {
+bool match_qdq_unit(const OrtNode* pool, const EpOptions& options, const OrtNode* (&nodes)[3], FusedAveragePool& unit) {
   const std::vector<const OrtValueInfo*> pool_in = inputs(pool), pool_out = outputs(pool);
   if (pool_in.size() != 1 || pool_out.size() != 1) return false;
   const OrtNode* dq = producer(pool_in[0]);
@@ -213,6 +243,12 @@ bool match_qdq_unit(const OrtNode* pool, const OrtNode* (&nodes)[3], FusedAverag
   if (element_type(q_out[0]) != type) return false;
   if (!scalar_parameters(dq, type, unit.params.x_scale, unit.params.x_zero_point)) return false;
   if (!scalar_parameters(q, type, unit.params.y_scale, unit.params.y_zero_point)) return false;
+  // int8 on x86-64: ORT rewrites int8 QuantizeLinear -> DequantizeLinear pairs to uint8 so that the Convs
+  // around run as QLinearConv (its x86 kernels take uint8 activations); a fused unit hides its QuantizeLinear from
+  // that rewrite and the Conv it feeds stays a float Conv behind a DequantizeLinear (inception_qdq_int8: 9 Convs,
+  // 0.92x stock when taken). ORT runs these pools in float in its blocked layout.
+  if (options.ort_layout && kX86_64 && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8) return false;
+  if (options.ort_layout && window_elements(pool, "AveragePool") <= kSmallQuantizedWindow) return false;
   // the pool's attributes must be ones the kernel takes (it reads them again when it is made)
   try {
     const NodeAttributes attrs(pool, "AveragePool");
@@ -242,7 +278,7 @@ void claim_nodes(const OrtGraph* graph, OrtEpGraphSupportInfo* support, const Ep
     if (options.qdq && options.ops.count("QLinearAveragePool") && op == "AveragePool" && domain(node) == "") {
       const OrtNode* unit_nodes[3] = {};
       FusedAveragePool unit{};
-      if (match_qdq_unit(node, unit_nodes, unit)) {
+      if (match_qdq_unit(node, options, unit_nodes, unit)) {
         OrtNodeFusionOptions fusion{};
         fusion.ort_version_supported = kEpOrtApiVersion;
         // the unit's parameters are read here: its fused node takes only X

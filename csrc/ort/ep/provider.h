@@ -24,9 +24,13 @@ const OrtEpApi* ep_api();
 
 // The EP's choices, from its provider options (session config entries "ep.onnxpoolsexecutionprovider.<key>").
 struct EpOptions {
-  // "ort_layout" (default 1): on x86-64, a float32 GlobalAveragePool / GlobalMaxPool fed by a Conv (directly or
-  // through ops ORT keeps in its blocked NCHWc layout) is left to ORT, whose layout rewrite (level ALL) pools it in
-  // that layout. 0: taken like any other node (for sessions below level ALL, where ORT does not rewrite).
+  // "ort_layout" (default 1): nodes that ORT's own graph rewrites run faster are left to ORT: on x86-64, a float32
+  // GlobalAveragePool / GlobalMaxPool fed by a Conv (directly or through ops ORT keeps in its blocked NCHWc layout),
+  // which ORT's layout rewrite (level ALL) pools in that layout, and int8 QDQ average-pool units (ORT's int8 ->
+  // uint8 QDQ rewrite needs their QuantizeLinear); everywhere, a quantized average pool (QDQ unit or
+  // QLinearAveragePool) of at most 4 window elements, which ORT's NHWC quantized layout runs without the Transposes
+  // a node the EP takes would get, and a float pool inside a DequantizeLinear -> pool -> QuantizeLinear group,
+  // which ORT fuses into its QLinear op. 0: taken like any other node (for sessions below level ALL).
   bool ort_layout = true;
   // "float16" (default "auto"): a float16 pool fed by a compute node (not a Cast) is left to ORT, which runs it in
   // float between the casts it puts around its float16 neighbours anyway; "all": every float16 node is taken.
