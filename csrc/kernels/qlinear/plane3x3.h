@@ -22,24 +22,6 @@ constexpr bool kOnePass3x3 = true;
 constexpr bool kOnePass3x3 = kPlaneLanes == 8;
 #endif
 
-// n values, zero-filled, in a ScratchBuffer: the per-ISA kernel files keep no std containers (kernels.h), since a
-// std::vector member instantiated here could leave a weak symbol built with this file's instructions, which the
-// linker may hand to the portable path too. This class has internal linkage (the per-ISA anonymous namespace).
-template <class T>
-class ZeroedArray {
- public:
-  explicit ZeroedArray(size_t n) : memory_(sizeof(T) * n), data_(memory_.as<T>()) {
-    std::memset(static_cast<void*>(data_), 0, sizeof(T) * n);
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  T& operator[](size_t i) { return data_[i]; }
-
- private:
-  ScratchBuffer memory_;
-  T* const data_;
-};
-
 // Which neighbour rows the windows of an output row have (above, below, both or neither: a one-row input).
 enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
 constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == WindowRows::AboveOnly; }
