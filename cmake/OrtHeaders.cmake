@@ -7,6 +7,28 @@
 #      mirror, sha256-verified; nothing is installed).
 # Any of them works: the library asks ORT for the C API version it needs (21), whatever version the headers declare.
 set(_ort_headers_dir "${CMAKE_CURRENT_LIST_DIR}")
+
+# The pinned Debian libonnxruntime-dev <version>, fetched into the build tree; <out_var> = its include folder.
+function(ort_fetch_pinned_headers version out_var)
+  set(fetch_dir "${CMAKE_BINARY_DIR}/ort-headers-${version}")
+  message(STATUS "Fetching ONNX Runtime headers (Debian libonnxruntime-dev, pinned ${version}); "
+                 "set ONNXRUNTIME_INCLUDE_DIR / ONNXRUNTIME_EP_INCLUDE_DIR to use headers you have")
+  execute_process(COMMAND bash "${_ort_headers_dir}/fetch_ort_headers.sh" "${fetch_dir}" "${version}"
+                  RESULT_VARIABLE fetch_result)
+  if(NOT fetch_result EQUAL 0)
+    message(FATAL_ERROR "Could not fetch the ONNX Runtime ${version} headers (see above); set "
+                        "ONNXRUNTIME_INCLUDE_DIR (ONNXRUNTIME_EP_INCLUDE_DIR for the plugin EP) to headers you have")
+  endif()
+  set(${out_var} "${fetch_dir}/usr/include/onnxruntime" PARENT_SCOPE)
+endfunction()
+
+# <out_var> = the ORT_API_VERSION that <include_dir>/onnxruntime_c_api.h declares.
+function(ort_headers_api_version include_dir out_var)
+  file(STRINGS "${include_dir}/onnxruntime_c_api.h" api_line REGEX "^#define ORT_API_VERSION [0-9]+")
+  string(REGEX REPLACE ".* ([0-9]+)$" "\\1" api_version "${api_line}")
+  set(${out_var} "${api_version}" PARENT_SCOPE)
+endfunction()
+
 if(NOT ONNXRUNTIME_INCLUDE_DIR AND DEFINED ENV{ONNXRUNTIME_INCLUDE_DIR})
   set(ONNXRUNTIME_INCLUDE_DIR "$ENV{ONNXRUNTIME_INCLUDE_DIR}")
 endif()
@@ -22,22 +44,12 @@ if(NOT ONNXRUNTIME_INCLUDE_DIR AND NOT ONNX_POOLS_ORT_HEADERS)
   endif()
 endif()
 if(NOT ONNXRUNTIME_INCLUDE_DIR)
-  set(ORT_FETCH_DIR "${CMAKE_BINARY_DIR}/ort-headers-${ONNX_POOLS_ORT_HEADERS}")
-  message(STATUS "Fetching ONNX Runtime headers (Debian libonnxruntime-dev, pinned ${ONNX_POOLS_ORT_HEADERS}); "
-                 "set ONNXRUNTIME_INCLUDE_DIR to use headers you have")
-  execute_process(COMMAND bash "${_ort_headers_dir}/fetch_ort_headers.sh" "${ORT_FETCH_DIR}" "${ONNX_POOLS_ORT_HEADERS}"
-                  RESULT_VARIABLE ORT_FETCH_RESULT)
-  if(NOT ORT_FETCH_RESULT EQUAL 0)
-    message(FATAL_ERROR "Could not fetch the ONNX Runtime headers (see above); set ONNXRUNTIME_INCLUDE_DIR to a "
-                        "folder holding onnxruntime_c_api.h")
-  endif()
-  set(ONNXRUNTIME_INCLUDE_DIR "${ORT_FETCH_DIR}/usr/include/onnxruntime")
+  ort_fetch_pinned_headers(${ONNX_POOLS_ORT_HEADERS} ONNXRUNTIME_INCLUDE_DIR)
 endif()
 if(NOT EXISTS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_c_api.h")
   message(FATAL_ERROR "onnxruntime_c_api.h not found in ONNXRUNTIME_INCLUDE_DIR=${ONNXRUNTIME_INCLUDE_DIR}")
 endif()
-file(STRINGS "${ONNXRUNTIME_INCLUDE_DIR}/onnxruntime_c_api.h" _ort_api_line REGEX "^#define ORT_API_VERSION [0-9]+")
-string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ONNXRUNTIME_HEADERS_API_VERSION "${_ort_api_line}")
+ort_headers_api_version("${ONNXRUNTIME_INCLUDE_DIR}" ONNXRUNTIME_HEADERS_API_VERSION)
 message(STATUS "ONNX Runtime headers: ${ONNXRUNTIME_INCLUDE_DIR} (C API ${ONNXRUNTIME_HEADERS_API_VERSION})")
 
 # Headers for the plugin execution provider (csrc/ort/ep/, ONNX Runtime >= 1.24: kernel registries in
@@ -55,22 +67,12 @@ if(NOT ONNXRUNTIME_EP_INCLUDE_DIR AND ONNXRUNTIME_HEADERS_API_VERSION GREATER_EQ
   set(ONNXRUNTIME_EP_INCLUDE_DIR "${ONNXRUNTIME_INCLUDE_DIR}")
 endif()
 if(NOT ONNXRUNTIME_EP_INCLUDE_DIR)
-  set(ORT_EP_FETCH_DIR "${CMAKE_BINARY_DIR}/ort-headers-1.27")
-  message(STATUS "Fetching ONNX Runtime headers for the plugin execution provider (Debian libonnxruntime-dev, "
-                 "pinned 1.27); set ONNXRUNTIME_EP_INCLUDE_DIR to use headers you have (C API 24 or newer)")
-  execute_process(COMMAND bash "${_ort_headers_dir}/fetch_ort_headers.sh" "${ORT_EP_FETCH_DIR}" 1.27
-                  RESULT_VARIABLE ORT_EP_FETCH_RESULT)
-  if(NOT ORT_EP_FETCH_RESULT EQUAL 0)
-    message(FATAL_ERROR "Could not fetch the ONNX Runtime 1.27 headers (see above); set ONNXRUNTIME_EP_INCLUDE_DIR "
-                        "to a folder holding onnxruntime_ep_c_api.h of C API 24 or newer")
-  endif()
-  set(ONNXRUNTIME_EP_INCLUDE_DIR "${ORT_EP_FETCH_DIR}/usr/include/onnxruntime")
+  ort_fetch_pinned_headers(1.27 ONNXRUNTIME_EP_INCLUDE_DIR)
 endif()
 if(NOT EXISTS "${ONNXRUNTIME_EP_INCLUDE_DIR}/onnxruntime_ep_c_api.h")
   message(FATAL_ERROR "onnxruntime_ep_c_api.h not found in ONNXRUNTIME_EP_INCLUDE_DIR=${ONNXRUNTIME_EP_INCLUDE_DIR}")
 endif()
-file(STRINGS "${ONNXRUNTIME_EP_INCLUDE_DIR}/onnxruntime_c_api.h" _ort_ep_api_line REGEX "^#define ORT_API_VERSION [0-9]+")
-string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ONNXRUNTIME_EP_HEADERS_API_VERSION "${_ort_ep_api_line}")
+ort_headers_api_version("${ONNXRUNTIME_EP_INCLUDE_DIR}" ONNXRUNTIME_EP_HEADERS_API_VERSION)
 if(ONNXRUNTIME_EP_HEADERS_API_VERSION LESS 24)
   message(FATAL_ERROR "ONNXRUNTIME_EP_INCLUDE_DIR=${ONNXRUNTIME_EP_INCLUDE_DIR} has headers of C API "
                       "${ONNXRUNTIME_EP_HEADERS_API_VERSION}; the plugin execution provider needs 24 or newer")

@@ -10,12 +10,24 @@ bool ok(OrtStatus* status) {
   return false;
 }
 
-// A single INT or FLOAT attribute of a shape-inference context; nullopt when absent (attr null) or of another type.
+// A single INT or FLOAT attribute; nullopt when absent (attr null) or of another type.
 template <class V>
 std::optional<V> read_scalar(const OrtOpAttr* attr, OrtOpAttrType type) {
   V value{};
   size_t bytes = 0;
   if (attr == nullptr || !ok(g_ort->ReadOpAttr(attr, type, &value, sizeof value, &bytes))) return std::nullopt;
+  return value;
+}
+
+// An INTS or STRING attribute's elements: asking with no buffer reports the size in bytes.
+template <class V>
+std::optional<V> read_array(const OrtOpAttr* attr, OrtOpAttrType type, size_t element) {
+  if (attr == nullptr) return std::nullopt;
+  size_t bytes = 0;
+  OrtStatus* probe = g_ort->ReadOpAttr(attr, type, nullptr, 0, &bytes);
+  if (probe != nullptr) g_ort->ReleaseStatus(probe);
+  V value(bytes / element, typename V::value_type{});
+  if (bytes > 0 && !ok(g_ort->ReadOpAttr(attr, type, value.data(), bytes, &bytes))) return std::nullopt;
   return value;
 }
 
@@ -70,43 +82,27 @@ bool KernelInfoAttributes::present(const char* name) const {
   return size > 0;
 }
 
-bool ShapeInferAttributes::present(const char* name) const { return find(name) != nullptr; }
-
 const OrtOpAttr* ShapeInferAttributes::find(const char* name) const {
   const OrtOpAttr* attr = nullptr;
   if (!ok(g_ort->ShapeInferContext_GetAttribute(ctx_, name, &attr))) return nullptr;
   return attr;
 }
 
-std::optional<std::vector<int64_t>> ShapeInferAttributes::get_ints(const char* name) const {
-  const OrtOpAttr* attr = find(name);
-  if (attr == nullptr) return std::nullopt;
-  size_t bytes = 0;
-  OrtStatus* probe = g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INTS, nullptr, 0, &bytes);
-  if (probe != nullptr) g_ort->ReleaseStatus(probe);
-  std::vector<int64_t> values(bytes / sizeof(int64_t));
-  if (bytes == 0) return values;
-  if (!ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_INTS, values.data(), bytes, &bytes))) return std::nullopt;
-  return values;
+std::optional<std::vector<int64_t>> OpAttrReader::get_ints(const char* name) const {
+  return read_array<std::vector<int64_t>>(find(name), ORT_OP_ATTR_INTS, sizeof(int64_t));
 }
 
-std::optional<int64_t> ShapeInferAttributes::get_integer(const char* name) const {
+std::optional<int64_t> OpAttrReader::get_integer(const char* name) const {
   return read_scalar<int64_t>(find(name), ORT_OP_ATTR_INT);
 }
 
-std::optional<float> ShapeInferAttributes::get_real(const char* name) const {
+std::optional<float> OpAttrReader::get_real(const char* name) const {
   return read_scalar<float>(find(name), ORT_OP_ATTR_FLOAT);
 }
 
-std::optional<std::string> ShapeInferAttributes::get_text(const char* name) const {
-  const OrtOpAttr* attr = find(name);
-  if (attr == nullptr) return std::nullopt;
-  size_t bytes = 0;
-  OrtStatus* probe = g_ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, nullptr, 0, &bytes);
-  if (probe != nullptr) g_ort->ReleaseStatus(probe);
-  std::string value(bytes, '\0');
-  if (bytes > 0 && !ok(g_ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, value.data(), bytes, &bytes))) return std::nullopt;
-  while (!value.empty() && value.back() == '\0') value.pop_back();
+std::optional<std::string> OpAttrReader::get_text(const char* name) const {
+  std::optional<std::string> value = read_array<std::string>(find(name), ORT_OP_ATTR_STRING, 1);
+  while (value && !value->empty() && value->back() == '\0') value->pop_back();
   return value;
 }
 

@@ -55,17 +55,30 @@ class KernelInfoAttributes final : public AttributeReader {
   const OrtKernelInfo* info_;
 };
 
-class ShapeInferAttributes final : public AttributeReader {
+// An attribute reader over OrtOpAttr (shape inference, the plugin EP's graph nodes): the readers differ only in
+// how they find an attribute.
+class OpAttrReader : public AttributeReader {
  public:
-  ShapeInferAttributes(OrtShapeInferContext* ctx, std::string op) : AttributeReader(std::move(op)), ctx_(ctx) {}
+  using AttributeReader::AttributeReader;
+
+ protected:
+  // nullptr when the node has no such attribute.
+  virtual const OrtOpAttr* find(const char* name) const = 0;
 
  private:
-  std::optional<std::vector<int64_t>> get_ints(const char* name) const override;
-  std::optional<int64_t> get_integer(const char* name) const override;
-  std::optional<float> get_real(const char* name) const override;
-  std::optional<std::string> get_text(const char* name) const override;
-  bool present(const char* name) const override;
-  const OrtOpAttr* find(const char* name) const;
+  std::optional<std::vector<int64_t>> get_ints(const char* name) const final;
+  std::optional<int64_t> get_integer(const char* name) const final;
+  std::optional<float> get_real(const char* name) const final;
+  std::optional<std::string> get_text(const char* name) const final;
+  bool present(const char* name) const final { return find(name) != nullptr; }
+};
+
+class ShapeInferAttributes final : public OpAttrReader {
+ public:
+  ShapeInferAttributes(OrtShapeInferContext* ctx, std::string op) : OpAttrReader(std::move(op)), ctx_(ctx) {}
+
+ private:
+  const OrtOpAttr* find(const char* name) const override;
   OrtShapeInferContext* ctx_;
 };
 

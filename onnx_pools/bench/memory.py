@@ -18,6 +18,9 @@ from onnx_pools.bench.workers import ISA_ORDER
 __all__ = ["MEMORY_CASES", "memory_table"]
 
 MIB = 1 << 20
+_QLINEAR_3X3_NCHW: dict[str, Any] = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 0}
+_QLINEAR_3X3_NHWC: dict[str, Any] = {**_QLINEAR_3X3_NCHW, "channels_last": 1}
+_QLINEAR_1D: dict[str, Any] = {"kernel_shape": [3], "pads": [1, 1], "channels_last": 0}
 # (label, op, dtype, shape of 1 GiB, --small shape, attributes)
 MEMORY_CASES: list[tuple[str, str, str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
     ("GlobalAveragePool f32", "GlobalAveragePool", "float32", (64, 64, 256, 256), (1, 4, 64, 64), {}),
@@ -39,29 +42,13 @@ MEMORY_CASES: list[tuple[str, str, str, tuple[int, ...], tuple[int, ...], dict[s
         (1, 1, 1 << 14),
         {"kernel_shape": [3], "p": 2},
     ),
-    (
-        "QLinearAveragePool 3x3 pad1 u8 NCHW, 16384x16384 planes",
-        "QLinearAveragePool",
-        "uint8",
-        (1, 4, 16384, 16384),
-        (1, 2, 64, 64),
-        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 0},
-    ),
-    (
-        "QLinearAveragePool 3x3 pad1 u8 NHWC, 16384x16384x4",
-        "QLinearAveragePool",
-        "uint8",
-        (1, 16384, 16384, 4),
-        (1, 64, 64, 4),
-        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "channels_last": 1},
-    ),
-    (
-        "QLinearAveragePool 1-D k3 u8 NCHW, one 2^30 plane",
-        "QLinearAveragePool",
-        "uint8",
-        (1, 1, 1 << 30),
-        (1, 1, 1 << 14),
-        {"kernel_shape": [3], "pads": [1, 1], "channels_last": 0},
+    *(
+        (f"QLinearAveragePool {what}", "QLinearAveragePool", "uint8", shape, small_shape, attrs)
+        for what, shape, small_shape, attrs in (
+            ("3x3 pad1 u8 NCHW, 16384x16384 planes", (1, 4, 16384, 16384), (1, 2, 64, 64), _QLINEAR_3X3_NCHW),
+            ("3x3 pad1 u8 NHWC, 16384x16384x4", (1, 16384, 16384, 4), (1, 64, 64, 4), _QLINEAR_3X3_NHWC),
+            ("1-D k3 u8 NCHW, one 2^30 plane", (1, 1, 1 << 30), (1, 1, 1 << 14), _QLINEAR_1D),
+        )
     ),
 ]
 
