@@ -434,3 +434,15 @@ def test_models_ort_refuses_before_any_ep(case):
         np.testing.assert_array_equal(y, ref, err_msg=what)
     else:
         assert_close(y, ref, str(x.dtype) if x.dtype != DTYPES["bfloat16"] else "bfloat16", 1.0, what)
+
+
+@needs_ep
+def test_routes_benchmark_runs_both_routes_on_the_library():
+    """python -m onnx_pools.bench.routes (single-node times, custom-op route vs EP route): on its --small shapes
+    every case runs the library's kernel once per route per check and both routes give the same output."""
+    from onnx_pools.bench.routes import ROUTES, route_cases, routes_table
+
+    md, ok = routes_table([1], rounds=1, small=True)
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert ok and len(rows) == len(route_cases()) and ROUTES == ("custom-op", "ep"), md
+    assert all(line.endswith("| yes | yes |") for line in rows), md
