@@ -2,7 +2,7 @@
 custom-op library (onnx_pools.session_options(model=...)) and as a plugin execution provider
 (onnx_pools.ep_session_options(), onnxruntime >= 1.24), in one process, for representative cases of every op.
 
-    python -m onnx_pools.bench.routes [--threads 1,2] [--rounds 20] [--small] [--markdown FILE]
+    python -m onnx_pools.bench.routes [--threads 1,2] [--rounds 20] [--cases SUBSTRINGS] [--small] [--markdown FILE]
 
 Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
 around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
@@ -54,10 +54,11 @@ CASE_NAMES = (
 )
 
 
-def route_cases() -> list[Case]:
-    """The cases of CASE_NAMES, in that order."""
+def route_cases(substrings: list[str] | None = None) -> list[Case]:
+    """The cases of CASE_NAMES, in that order (those whose name contains one of `substrings`, when given)."""
     by_name = {c.name(): c for c in make_cases()}
-    return [by_name[n] for n in CASE_NAMES]
+    keep = [n for n in CASE_NAMES if not substrings or any(s.lower() in n.lower() for s in substrings)]
+    return [by_name[n] for n in keep]
 
 
 def _session(route: str, model: bytes, threads: int) -> Any:
@@ -85,7 +86,9 @@ def _kernel_runs(op: str, run: Callable[[], Any]) -> int:
     return onnx_pools.call_counts()[op] - before
 
 
-def routes_table(threads: list[int], rounds: int = ROUNDS, small: bool = False) -> tuple[str, bool]:
+def routes_table(
+    threads: list[int], rounds: int = ROUNDS, small: bool = False, substrings: list[str] | None = None
+) -> tuple[str, bool]:
     """(markdown, the library's kernel ran on both routes in every row)."""
     rng = np.random.default_rng(0)
     lines = [
@@ -94,7 +97,7 @@ def routes_table(threads: list[int], rounds: int = ROUNDS, small: bool = False) 
     ]
     ok_all = True
     ratios = []
-    for case in route_cases():
+    for case in route_cases(substrings):
         shape = small_shape(case.shape) if small else case.shape
         model = build_model(case, shape)
         x = make_input(case, shape, rng)
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m onnx_pools.bench.routes", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
+    ap.add_argument("--cases", help="comma-separated substrings of case names (default: every case)")
     ap.add_argument("--small", action="store_true", help="tiny shapes, 2 rounds: a smoke test, not a measurement")
     ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args(argv)
@@ -147,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the EP route needs onnxruntime >= 1.24 (this is {ort.__version__})", file=sys.stderr)
         return 2
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
-    md, ok = routes_table(threads, 2 if args.small else args.rounds, args.small)
+    substrings = [c.strip() for c in args.cases.split(",") if c.strip()] if args.cases else None
+    if not route_cases(substrings):
+        print(f"error: no case matches {args.cases!r}", file=sys.stderr)
+        return 2
+    md, ok = routes_table(threads, 2 if args.small else args.rounds, args.small, substrings)
     header = f"onnxruntime {ort.__version__}, library {onnx_pools.get_library_path()} ({onnx_pools.active_isa()})\n\n"
     print(header + md, flush=True)
     if args.markdown:
