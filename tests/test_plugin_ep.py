@@ -446,3 +446,34 @@ def test_routes_benchmark_runs_both_routes_on_the_library():
     rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert ok and len(rows) == len(route_cases()) and ROUTES == ("custom-op", "ep"), md
     assert all(line.endswith("| yes | yes |") for line in rows), md
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qlinear_pools_between_qlinear_convs_run_in_nhwc(dtype, tmp_path):
+    """In a QOperator network ORT runs the QLinearConvs in NHWC; the EP has ORT convert the QLinearAveragePool nodes
+    it takes there to ORT's NHWC form (com.ms.internal.nhwc), which runs the library's kernel with channels_last:
+    all 9 pools of the bundled Inception-style model run on the library without a Transpose more than stock ORT
+    runs (ORT's profile), and the output is stock ORT's."""
+    import json
+    from pathlib import Path
+
+    model = (Path(__file__).resolve().parent.parent / "models" / f"inception_qop_{dtype}.onnx").read_bytes()
+    x = rng_for("nhwc", dtype).standard_normal((2, 3, 71, 71)).astype(np.float32)
+
+    def profiled_run(ep, prefix):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.enable_profiling = True
+        so.profile_file_prefix = prefix
+        sess = ort.InferenceSession(model, onnx_pools.ep_session_options(so) if ep else so)
+        (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
+        with open(sess.end_profiling()) as f:
+            ops = [e["args"].get("op_name") for e in json.load(f) if e.get("cat") == "Node" and "args" in e]
+        return y, n, ops.count("Transpose")
+
+    stock, _, stock_transposes = profiled_run(False, str(Path(tmp_path) / "stock"))
+    y, n, transposes = profiled_run(True, str(Path(tmp_path) / "ep"))
+    assert n == 9
+    assert transposes == stock_transposes
+    np.testing.assert_array_equal(y, stock)
