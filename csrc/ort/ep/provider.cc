@@ -384,8 +384,11 @@ Ep::Ep(Factory& factory, EpOptions options) : OrtEp{}, factory_(factory), option
   ReleaseNodeComputeInfos = [](OrtEp*, OrtNodeComputeInfo** infos, size_t count) noexcept {
     for (size_t i = 0; i < count; ++i) delete static_cast<FusedCompute*>(infos[i]);
   };
+  // NHWC only for a graph with QLinearAveragePool nodes to convert: ORT asks before GetCapability (NCHW) and
+  // again after it, and only the second answer has it transform the graph. (Preferring NHWC in every session made
+  // ORT drop the EP's opset-1 pools: ORT's layout transformation does not run on such old opsets.)
   GetPreferredDataLayout = [](OrtEp* self, OrtEpDataLayout* layout) noexcept {
-    *layout = static_cast<Ep*>(self)->options_.ort_layout ? OrtEpDataLayout_NHWC : OrtEpDataLayout_NCHW;
+    *layout = static_cast<Ep*>(self)->nhwc_pools_ ? OrtEpDataLayout_NHWC : OrtEpDataLayout_NCHW;
     return static_cast<OrtStatus*>(nullptr);
   };
   // (asked after GetCapability has seen the graph: the QLinearAveragePool nodes are converted only in graphs where
