@@ -112,7 +112,8 @@ class _Builder:
         self.count += 1
         return f"{kind}{self.count}"
 
-    def conv_relu(self, x, cin, cout, kernel, stride=1, pads=None):
+    def conv_relu(self, x, cin, cout, kernel, stride=1, pads=None, relu=True):
+        """Conv (+ Relu unless relu=False); returns its output's name."""
         kh, kw = kernel
         n = self.name("conv")
         w = self.rng.standard_normal((cout, cin, kh, kw)) * np.sqrt(2.0 / (cin * kh * kw))
@@ -125,6 +126,8 @@ class _Builder:
                 "Conv", [x, n + "_w", n + "_b"], [n], name=n, kernel_shape=[kh, kw], strides=[stride] * 2, pads=pads
             )
         )
+        if not relu:
+            return n
         self.nodes.append(helper.make_node("Relu", [n], [n + "_relu"], name=n + "_relu"))
         return n + "_relu"
 
@@ -153,6 +156,29 @@ class _Builder:
         n = self.name("concat")
         self.nodes.append(helper.make_node("Concat", xs, [n], name=n, axis=1))
         return n
+
+    def classifier_model(self, x, channels, name, input_shape, pools):
+        """The network's head (GlobalAveragePool, Flatten, Gemm to 10 classes) on `x`, and the checked float model
+        (opset 13, symbolic batch N) holding `pools` AveragePool nodes."""
+        wf = (self.rng.standard_normal((10, channels)) * np.sqrt(1.0 / channels)).astype(np.float32)
+        self.inits += [numpy_helper.from_array(wf, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
+        self.nodes += [
+            helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
+            helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+            helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["Y"], name="fc", transB=1),
+        ]
+        graph = helper.make_graph(
+            self.nodes,
+            name,
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", *input_shape[1:]])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
+            self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+        model.producer_name = "onnx-pools make_quantized_models.py"
+        onnx.checker.check_model(model, full_check=True)
+        assert sum(n.op_type == "AveragePool" for n in model.graph.node) == pools
+        return model
 
 
 def build_inception_float() -> onnx.ModelProto:
@@ -186,25 +212,7 @@ def build_inception_float() -> onnx.ModelProto:
         b2 = b.conv_relu(b.conv_relu(x, c, 48, (1, 1)), 48, 64, (3, 3))
         bp = b.conv_relu(b.avg_pool(x, 0), c, 64, (1, 1))
         x = b.concat([b1, b2, bp])  # 192
-    wf = (b.rng.standard_normal((10, 192)) * np.sqrt(1.0 / 192)).astype(np.float32)
-    b.inits += [numpy_helper.from_array(wf, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
-    b.nodes += [
-        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
-        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
-        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["Y"], name="fc", transB=1),
-    ]
-    graph = helper.make_graph(
-        b.nodes,
-        "inception_float",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", *INCEPTION_INPUT[1:]])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
-        b.inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
-    model.producer_name = "onnx-pools make_quantized_models.py"
-    onnx.checker.check_model(model, full_check=True)
-    assert sum(n.op_type == "AveragePool" for n in model.graph.node) == INCEPTION_POOLS
-    return model
+    return b.classifier_model(x, 192, "inception_float", INCEPTION_INPUT, INCEPTION_POOLS)
 
 
 RESNET_INPUT = (1, 3, 64, 64)
@@ -222,12 +230,7 @@ def build_resnet_float() -> onnx.ModelProto:
     GlobalAveragePool, Flatten, Gemm (10 classes)."""
     b = _Builder(SEED + 11)
 
-    def conv(x, cin, cout, kernel, stride=1, relu=True):
-        if relu:
-            return b.conv_relu(x, cin, cout, kernel, stride)
-        y = b.conv_relu(x, cin, cout, kernel, stride)  # drop the Relu: a block's second conv feeds the Add
-        b.nodes.pop()
-        return y[: -len("_relu")]
+    conv = b.conv_relu  # relu=False: a block's second conv and the shortcut's feed the Add
 
     def add_relu(x, shortcut):
         n = b.name("add")
@@ -252,25 +255,7 @@ def build_resnet_float() -> onnx.ModelProto:
             shortcut = conv(shortcut_pool(x), c, width, (1, 1), relu=False) if down else x
             x = add_relu(y, shortcut)
             c = width
-    wf = (b.rng.standard_normal((10, c)) * np.sqrt(1.0 / c)).astype(np.float32)
-    b.inits += [numpy_helper.from_array(wf, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")]
-    b.nodes += [
-        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
-        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
-        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["Y"], name="fc", transB=1),
-    ]
-    graph = helper.make_graph(
-        b.nodes,
-        "resnet_float",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", *RESNET_INPUT[1:]])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 10])],
-        b.inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
-    model.producer_name = "onnx-pools make_quantized_models.py"
-    onnx.checker.check_model(model, full_check=True)
-    assert sum(n.op_type == "AveragePool" for n in model.graph.node) == RESNET_POOLS
-    return model
+    return b.classifier_model(x, c, "resnet_float", RESNET_INPUT, RESNET_POOLS)
 
 
 def calibration_inputs(n=8, seed=SEED + 1, shape=INPUT_SHAPE):
@@ -290,22 +275,7 @@ def qlinear_avgpool_nodes(model):
     return [n for n in model.graph.node if n.op_type == "QLinearAveragePool" and n.domain == "com.microsoft"]
 
 
-def quantize(float_path, out_path, activation_type, shape=INPUT_SHAPE, pools=2):
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp_out = os.path.join(tmp, "q.onnx")
-        quantize_static(
-            float_path,
-            tmp_out,
-            Reader(shape),
-            quant_format=QuantFormat.QOperator,
-            activation_type=activation_type,
-            weight_type=QuantType.QInt8,
-            per_channel=False,
-        )
-        q = onnx.load(tmp_out)
-    if q.ir_version > 10:
-        q.ir_version = 10
-    q.producer_name = "onnx-pools make_quantized_models.py (onnxruntime.quantization.quantize_static)"
+def _check_qoperator(q, pools):
     domains = {o.domain: o.version for o in q.opset_import}
     assert "com.microsoft" in domains and domains.get("", domains.get("ai.onnx")) is not None, domains
     nodes = qlinear_avgpool_nodes(q)
@@ -314,29 +284,11 @@ def quantize(float_path, out_path, activation_type, shape=INPUT_SHAPE, pools=2):
     )
     for n in nodes:
         assert len(n.input) == 5 and all(n.input), list(n.input)
-    onnx.checker.check_model(q)
-    onnx.save(q, out_path)
-    return q
 
 
-def quantize_qdq(float_path, out_path, activation_type, shape, pools):
-    """quantize_static in its default QDQ format: every AveragePool between a DequantizeLinear and a
-    QuantizeLinear, the model importing the standard domain only."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp_out = os.path.join(tmp, "q.onnx")
-        quantize_static(
-            float_path,
-            tmp_out,
-            Reader(shape),
-            quant_format=QuantFormat.QDQ,
-            activation_type=activation_type,
-            weight_type=QuantType.QInt8,
-            per_channel=False,
-        )
-        q = onnx.load(tmp_out)
-    if q.ir_version > 10:
-        q.ir_version = 10
-    q.producer_name = "onnx-pools make_quantized_models.py (onnxruntime.quantization.quantize_static, QDQ)"
+def _check_qdq(q, pools):
+    """Every AveragePool between a DequantizeLinear and a QuantizeLinear, the model importing the standard domain
+    only."""
     assert {o.domain for o in q.opset_import} <= {"", "ai.onnx"}, [o.domain for o in q.opset_import]
     producer = {o: n for n in q.graph.node for o in n.output}
     readers = {}
@@ -351,6 +303,36 @@ def quantize_qdq(float_path, out_path, activation_type, shape, pools):
         assert dq.op_type == "DequantizeLinear" and qn.op_type == "QuantizeLinear", (dq.op_type, qn.op_type)
         units += 1
     assert units == pools, f"expected {pools} DequantizeLinear -> AveragePool -> QuantizeLinear units, got {units}"
+
+
+# quant_format -> (producer name suffix, the check of the quantized model)
+FORMATS = {
+    QuantFormat.QOperator: ("", _check_qoperator),
+    QuantFormat.QDQ: (", QDQ", _check_qdq),
+}
+
+
+def quantize(float_path, out_path, activation_type, shape=INPUT_SHAPE, pools=2, quant_format=QuantFormat.QOperator):
+    """quantize_static of the float model (weights int8, per tensor) in `quant_format`: QOperator (QLinearConv,
+    com.microsoft QLinearAdd and QLinearAveragePool) or QDQ (DequantizeLinear -> op -> QuantizeLinear around every
+    op), checked to hold `pools` quantized average pools, written to out_path."""
+    suffix, check = FORMATS[quant_format]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_out = os.path.join(tmp, "q.onnx")
+        quantize_static(
+            float_path,
+            tmp_out,
+            Reader(shape),
+            quant_format=quant_format,
+            activation_type=activation_type,
+            weight_type=QuantType.QInt8,
+            per_channel=False,
+        )
+        q = onnx.load(tmp_out)
+    if q.ir_version > 10:
+        q.ir_version = 10
+    q.producer_name = f"onnx-pools make_quantized_models.py (onnxruntime.quantization.quantize_static{suffix})"
+    check(q, pools)
     onnx.checker.check_model(q)
     onnx.save(q, out_path)
     return q
@@ -369,7 +351,7 @@ def write_qdq_models():
             onnx.save(build(), float_path)
             for tag, at in (("uint8", QuantType.QUInt8), ("int8", QuantType.QInt8)):
                 path = os.path.join(HERE, QDQ_NAMES[net][tag])
-                q = quantize_qdq(float_path, path, at, shape, pools)
+                q = quantize(float_path, path, at, shape, pools, QuantFormat.QDQ)
                 ops = sorted({(n.domain or "ai.onnx") + "." + n.op_type for n in q.graph.node})
                 rows.append(f"| {QDQ_NAMES[net][tag]} | {tag} | `{sha256(path)}` | {pools} | {', '.join(ops)} |")
                 print(f"wrote {path} ({os.path.getsize(path)} bytes)")

@@ -89,8 +89,10 @@ def ep_session_options(
     ops: "all" (default None: all five ops), or names of the ops the EP takes; the others keep ORT's kernels.
     ort_layout: on x86-64 at graph optimization level ALL, a float32 GlobalAveragePool / GlobalMaxPool fed by a Conv
     is left to ORT, whose NCHWc layout rewrite pools it in its blocked layout (cheaper than converting the Conv's
-    output back to NCHW for the library's kernel). False, or a lower optimization level set on `so` before this
-    call: every node is taken.
+    output back to NCHW for the library's kernel); int8 QDQ average-pool units and quantized pools of at most 4
+    window elements are left to ORT too; and a QLinearAveragePool beside QLinearConvs (which ORT runs in NHWC) is
+    taken in ORT's NHWC form. False, or a lower optimization level set on `so` before this call: every node is
+    taken, in its own layout.
     float16: "auto" leaves a float16 pool fed by a compute node (not a Cast) to ORT, which runs float16 neighbours
     in float through casts anyway; "all" takes every float16 node.
     qdq: fuse DequantizeLinear -> AveragePool -> QuantizeLinear units (int8/uint8, scalar scales and zero points)

@@ -9,6 +9,7 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
     python3 scripts/ort_matrix.py                    # every minor from 1.21 to the newest
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
     python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test, CI)
+    python3 scripts/ort_matrix.py --ends --ep-floor  # and 1.24, the first minor with the plugin EP
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
     python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
                                                                    # the oldest and the newest onnxruntime
@@ -161,19 +162,51 @@ def counts(junit):
     s = ET.parse(junit).getroot()
     s = s if s.tag == "testsuite" else s.find("testsuite")
     total, failures, errors, skipped = (int(s.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
-    failed, crashed = [], 0
+    failed, crashed, skipped_tests, passed_tests = [], 0, [], []
     for c in s.iter("testcase"):
+        name = f"{c.get('classname')}::{c.get('name')}"
         bad = c.find("failure") if c.find("failure") is not None else c.find("error")
         if bad is not None:
-            failed.append(f"{c.get('classname')}::{c.get('name')}")
+            failed.append(name)
             crashed += "CRASHED" in (bad.get("message") or "") + (bad.text or "")
+        elif c.find("skipped") is not None:
+            skipped_tests.append(name)
+        else:
+            passed_tests.append(name)
     return dict(
         passed=total - failures - errors - skipped,
         failed=failures + errors,
         skipped=skipped,
         crashed=crashed,
         failed_tests=failed,
+        skipped_tests=skipped_tests,
+        passed_tests=passed_tests,
     )
+
+
+# The plugin-EP tests, and the one among them that checks the EP route's refusal below EP_FROM.
+EP_TESTS = "test_plugin_ep"
+EP_REFUSAL_TEST = "test_ep_route_refused_below_1_24"
+EP_FROM = (1, 24)
+# examples/cpp, built against and run with each onnxruntime
+CPP_EXAMPLE_TEST = "test_cpp_example_builds_and_runs"
+
+
+def ep_tests_problem(version, c):
+    """Why the plugin-EP tests or the C++ example did not run as they must on this onnxruntime ("" when they did):
+    the example passes; every EP test runs from EP_FROM on (none skipped), and below it the refusal test runs."""
+    if not any(CPP_EXAMPLE_TEST in t for t in c["passed_tests"]):
+        return f"{CPP_EXAMPLE_TEST} did not pass"
+    ep_passed = [t for t in c["passed_tests"] if EP_TESTS in t]
+    if vtuple(version)[:2] >= EP_FROM:
+        skipped = [t for t in c["skipped_tests"] if EP_TESTS in t and EP_REFUSAL_TEST not in t]
+        if skipped:
+            return f"plugin-EP tests skipped on onnxruntime >= 1.24: {', '.join(skipped[:3])}"
+        if not any(EP_REFUSAL_TEST not in t for t in ep_passed):
+            return "no plugin-EP test ran on onnxruntime >= 1.24"
+    elif not any(EP_REFUSAL_TEST in t for t in ep_passed):
+        return f"{EP_REFUSAL_TEST} did not run below onnxruntime 1.24"
+    return ""
 
 
 def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
@@ -245,6 +278,9 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
             row.update({k: c[k] for k in ("passed", "failed", "skipped", "crashed")})
             row["failed_tests"] = c["failed_tests"]
             row["result"] = "pass" if r.returncode == 0 and c["failed"] == 0 else "FAIL"
+            problem = ep_tests_problem(version, c) if not args.pytest_args else ""  # (-k / -x may deselect them)
+            if problem:
+                row["result"], row["note"] = "FAIL", problem
             return row
         finally:
             row["seconds"] = round(time.monotonic() - t0, 1)
@@ -282,6 +318,11 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
     ap.add_argument("--ends", action="store_true", help="only the oldest and the newest of those minors")
     ap.add_argument(
+        "--ep-floor",
+        action="store_true",
+        help="with --ends: also the first minor with the plugin EP (1.24), whose EP tests must all run",
+    )
+    ap.add_argument(
         "--headers",
         default="found",
         help="comma-separated ONNX Runtime header versions to build against, one wheel each: 1.21, 1.23 "
@@ -294,7 +335,8 @@ def main(argv=None):
 
     versions = select(args.versions, available_versions(args.python))
     if args.ends:
-        versions = sorted(set(versions[:1] + versions[-1:]), key=vtuple)
+        floor = [v for v in versions if vtuple(v)[:2] == EP_FROM] if args.ep_floor else []
+        versions = sorted(set(versions[:1] + versions[-1:] + floor), key=vtuple)
     if args.list:
         print("\n".join(versions))
         return 0
@@ -308,6 +350,10 @@ def main(argv=None):
         suite = Path(args.work) / "suite"  # tests/ + models/ only: no onnx_pools source next to them
         shutil.copytree(args.tests, suite / "tests", ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
         shutil.copytree(ROOT / "models", suite / "models")
+        # examples/cpp and the cmake/ it includes: tests/test_cpp_example.py builds the example against each
+        # onnxruntime's own libonnxruntime and runs it (the custom-op route everywhere, the EP route from 1.24)
+        shutil.copytree(ROOT / "examples" / "cpp", suite / "examples" / "cpp")
+        shutil.copytree(ROOT / "cmake", suite / "cmake")
         (suite / "_ort_matrix_forked.py").write_text(FORK_PLUGIN)
         rows, wheels = [], []
         for headers in header_choices:

@@ -101,15 +101,20 @@ def test_lp_pool_every_version_and_type(opset):
         assert_close(y, ref, dtype, scale=6.0, what=f"LpPool-{opset} {dtype}")
 
 
-def qlinear_model(dtype, shape, attrs, params, channels_last=0):
-    T = TensorProto.UINT8 if dtype == "uint8" else TensorProto.INT8
+def quantization_initializers(dtype, params):
+    """Scalar initializers xs, xz, ys, yz of (x_scale, x_zero_point, y_scale, y_zero_point)."""
     xs, xz, ys, yz = params
-    inits = [
+    return [
         numpy_helper.from_array(np.array(xs, np.float32), "xs"),
         numpy_helper.from_array(np.array(xz, QDTYPES[dtype]), "xz"),
         numpy_helper.from_array(np.array(ys, np.float32), "ys"),
         numpy_helper.from_array(np.array(yz, QDTYPES[dtype]), "yz"),
     ]
+
+
+def qlinear_model(dtype, shape, attrs, params, channels_last=0):
+    T = TensorProto.UINT8 if dtype == "uint8" else TensorProto.INT8
+    inits = quantization_initializers(dtype, params)
     node = helper.make_node(
         "QLinearAveragePool",
         ["X", "xs", "xz", "ys", "yz"],
@@ -136,13 +141,7 @@ def qdq_model(dtype, shape, attrs, params, opset=19, com_microsoft=False):
     """DequantizeLinear -> AveragePool -> QuantizeLinear, scalar parameters; imports only the standard domain
     unless com_microsoft."""
     T = TensorProto.UINT8 if dtype == "uint8" else TensorProto.INT8
-    xs, xz, ys, yz = params
-    inits = [
-        numpy_helper.from_array(np.array(xs, np.float32), "xs"),
-        numpy_helper.from_array(np.array(xz, QDTYPES[dtype]), "xz"),
-        numpy_helper.from_array(np.array(ys, np.float32), "ys"),
-        numpy_helper.from_array(np.array(yz, QDTYPES[dtype]), "yz"),
-    ]
+    inits = quantization_initializers(dtype, params)
     nodes = [
         helper.make_node("DequantizeLinear", ["X", "xs", "xz"], ["xf"], name="dq"),
         helper.make_node("AveragePool", ["xf"], ["yf"], name="pool", **attrs),
@@ -177,16 +176,35 @@ def quant_sample(dtype, shape, key):
     return rng_for(*key).integers(info.min, info.max + 1, size=shape).astype(QDTYPES[dtype])
 
 
+# How a quantized average pool reaches the EP: (kind, channels_last, com_microsoft import) - a
+# com.microsoft.QLinearAveragePool node in either layout, or a QDQ unit whatever the model imports.
+QUANTIZED_FORMS = {
+    "node-nchw": ("node", 0, True),
+    "node-nhwc": ("node", 1, True),
+    "qdq": ("qdq", 0, False),
+    "qdq-com.microsoft": ("qdq", 0, True),
+}
+
+
 @needs_ep
 @pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("channels_last", [0, 1])
-def test_qlinear_average_pool_node(dtype, channels_last):
+@pytest.mark.parametrize("form", list(QUANTIZED_FORMS))
+def test_quantized_average_pool_runs_the_qlinear_kernel(dtype, form):
+    """A QLinearAveragePool node, and a QDQ unit fused into one node, run the library's QLinearAveragePool kernel
+    once; the result is the QLinearAveragePool reference and within one step of stock ORT's."""
+    kind, channels_last, com_microsoft = QUANTIZED_FORMS[form]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
     for i, attrs in enumerate(QATTRS):
         shape = (2, 7, 9, 3) if channels_last else (2, 3, 7, 9)
-        x = quant_sample(dtype, shape, ("qlap", dtype, channels_last, i))
-        sess = ep_session(qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last), ort_layout=False)
+        x = quant_sample(dtype, shape, ("quantized", form, dtype, i))
+        if kind == "node":
+            model = qlinear_model(dtype, list(shape), attrs, QPARAMS[dtype], channels_last)
+        else:
+            model = qdq_model(dtype, list(shape), attrs, QPARAMS[dtype], com_microsoft=com_microsoft)
+        sess = ep_session(model, ort_layout=False)
         (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
-        assert n == 1
+        assert n == 1, f"the library's kernel ran {n} times"
         ref, pre = qlinear_average_pool(
             x,
             *QPARAMS[dtype],
@@ -198,33 +216,6 @@ def test_qlinear_average_pool_node(dtype, channels_last):
             channels_last=channels_last,
         )
         assert_quantized_equal(y, ref, pre)
-
-
-@needs_ep
-@pytest.mark.parametrize("dtype", ["uint8", "int8"])
-@pytest.mark.parametrize("com_microsoft", [False, True])
-def test_qdq_unit_is_fused_onto_the_qlinear_kernel(dtype, com_microsoft):
-    """Whatever the model imports, the QDQ unit runs as one fused node on the library's QLinearAveragePool
-    kernel; its result is the QLinearAveragePool reference and within one step of stock ORT's."""
-    for i, attrs in enumerate(QATTRS):
-        shape = (2, 3, 7, 9)
-        x = quant_sample(dtype, shape, ("qdq", dtype, i))
-        model = qdq_model(dtype, list(shape), attrs, QPARAMS[dtype], com_microsoft=com_microsoft)
-        sess = ep_session(model, ort_layout=False)
-        (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
-        assert n == 1, f"the fused unit ran the library's kernel {n} times"
-        ref, pre = qlinear_average_pool(
-            x,
-            *QPARAMS[dtype],
-            attrs["kernel_shape"],
-            attrs.get("strides"),
-            attrs.get("pads"),
-            ceil_mode=attrs.get("ceil_mode", 0),
-            count_include_pad=attrs.get("count_include_pad", 0),
-        )
-        assert_quantized_equal(y, ref, pre)
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
         (stock,) = ort.InferenceSession(model.SerializeToString(), so).run(None, {"X": x})
         assert np.abs(y.astype(np.int32) - stock.astype(np.int32)).max() <= 1
 
@@ -443,3 +434,46 @@ def test_models_ort_refuses_before_any_ep(case):
         np.testing.assert_array_equal(y, ref, err_msg=what)
     else:
         assert_close(y, ref, str(x.dtype) if x.dtype != DTYPES["bfloat16"] else "bfloat16", 1.0, what)
+
+
+@needs_ep
+def test_routes_benchmark_runs_both_routes_on_the_library():
+    """python -m onnx_pools.bench.routes (single-node times, custom-op route vs EP route): on its --small shapes
+    every case runs the library's kernel once per route per check and both routes give the same output."""
+    from onnx_pools.bench.routes import ROUTES, route_cases, routes_table
+
+    md, ok = routes_table([1], rounds=1, small=True)
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert ok and len(rows) == len(route_cases()) and ROUTES == ("custom-op", "ep"), md
+    assert all(line.endswith("| yes | yes |") for line in rows), md
+
+
+@needs_ep
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_qlinear_pools_between_qlinear_convs_run_in_nhwc(dtype, tmp_path):
+    """In a QOperator network ORT runs the QLinearConvs in NHWC; the EP has ORT convert the QLinearAveragePool nodes
+    it takes there to ORT's NHWC form (com.ms.internal.nhwc), which runs the library's kernel with channels_last:
+    all 9 pools of the bundled Inception-style model run on the library without a Transpose more than stock ORT
+    runs (ORT's profile), and the output is stock ORT's."""
+    import json
+    from pathlib import Path
+
+    model = (Path(__file__).resolve().parent.parent / "models" / f"inception_qop_{dtype}.onnx").read_bytes()
+    x = rng_for("nhwc", dtype).standard_normal((2, 3, 71, 71)).astype(np.float32)
+
+    def profiled_run(ep, prefix):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.enable_profiling = True
+        so.profile_file_prefix = prefix
+        sess = ort.InferenceSession(model, onnx_pools.ep_session_options(so) if ep else so)
+        (y,), n = calls("QLinearAveragePool", lambda: sess.run(None, {"X": x}))
+        with open(sess.end_profiling()) as f:
+            ops = [e["args"].get("op_name") for e in json.load(f) if e.get("cat") == "Node" and "args" in e]
+        return y, n, ops.count("Transpose")
+
+    stock, _, stock_transposes = profiled_run(False, str(Path(tmp_path) / "stock"))
+    y, n, transposes = profiled_run(True, str(Path(tmp_path) / "ep"))
+    assert n == 9
+    assert transposes == stock_transposes
+    np.testing.assert_array_equal(y, stock)

@@ -9,7 +9,9 @@
 #include <dlfcn.h>
 
 // The headers may be newer than the runtime (the EP calls need headers of C API 24 or newer): the C++ wrappers are
-// initialised with the newest C API the running ONNX Runtime has that this program needs (main()).
+// initialised with the newest C API the running ONNX Runtime has that this program needs (main()), and every call
+// made on a runtime older than 1.24 must be one of C API 21 (ONNX Runtime 1.21): a newer function's slot lies past
+// the end of an older runtime's OrtApi table, so calling it is undefined (garbage results or SIGSEGV).
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 
@@ -59,7 +61,9 @@ std::vector<float> run(Ort::Env& env, const std::string& model, const Ort::Sessi
   Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
   Ort::Value input = Ort::Value::CreateTensor<float>(memory, x.data(), x.size(), shape.data(), shape.size());
   std::vector<Ort::Value> y = session.Run(Ort::RunOptions{nullptr}, inputs, &input, 1, outputs, 1);
-  const float* data = y[0].GetTensorData<float>();
+  // GetTensorMutableData (C API 1), not GetTensorData: that one is C API 23, and with an older runtime the C++
+  // wrapper would call through a slot past the end of the runtime's OrtApi table.
+  const float* data = y[0].GetTensorMutableData<float>();
   return std::vector<float>(data, data + y[0].GetTensorTypeAndShapeInfo().GetElementCount());
 }
 

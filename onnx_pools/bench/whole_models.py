@@ -40,7 +40,7 @@ import onnx_pools
 from onnx_pools.bench.timing import time_runs
 from onnx_pools.model_tools import default_models_dir
 
-__all__ = ["ENGINES", "available_engines", "whole_models_table"]
+__all__ = ["ENGINES", "available_engines", "pools_reach_library_only_through_ep", "whole_models_table"]
 
 ENGINES: tuple[str, ...] = ("stock", "lib", "plain", "lib-all")
 NP_TYPES: dict[str, Any] = {
@@ -64,6 +64,28 @@ def available_engines() -> tuple[str, ...]:
 
     version = tuple(int(p) for p in ort.__version__.split(".")[:2])
     return ENGINES + (("ep",) if version >= (1, 24) else ())
+
+
+def pools_reach_library_only_through_ep(model: Any) -> bool:
+    """Whether a model (onnx.ModelProto) has DequantizeLinear -> AveragePool / GlobalAveragePool -> QuantizeLinear
+    units and does not import com.microsoft: ORT fuses those units into com.microsoft QLinear nodes at load, which
+    the custom-op route cannot serve in such a model (onnx_pools.session_options), so only the plugin EP, which
+    claims the units themselves, runs the library's kernels there."""
+    if any(o.domain == "com.microsoft" for o in model.opset_import):
+        return False
+    producer = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list[Any]] = defaultdict(list)
+    for n in model.graph.node:
+        for i in n.input:
+            readers[i].append(n)
+    for n in model.graph.node:
+        if n.op_type not in ("AveragePool", "GlobalAveragePool") or n.domain not in ("", "ai.onnx"):
+            continue
+        source, sinks = producer.get(n.input[0]), readers[n.output[0]]
+        if source is not None and source.op_type == "DequantizeLinear" and sinks:
+            if all(r.op_type == "QuantizeLinear" for r in sinks):
+                return True
+    return False
 
 
 def model_files(include_all: bool, substrings: list[str] | None) -> list[tuple[str, bytes, bool]]:
@@ -220,6 +242,7 @@ def whole_models_table(
 ) -> tuple[str, bool]:
     """(markdown, the library's kernels ran for every model with the library everywhere: _library_kernels_ran).
     engines: the sessions to time, "stock" first (default: available_engines())."""
+    import onnx
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
@@ -253,9 +276,12 @@ def whole_models_table(
                     if feeds is None:
                         break
                     ran = _library_kernels_ran(model, t, feeds, sessions.get("lib-all"))
-                    if not ran and "ep" not in available_engines() and "_qdq_" in name:
-                        # a QDQ model that does not import com.microsoft: its fused pools reach the library only
-                        # through the plugin EP, which this onnxruntime does not have
+                    if (
+                        not ran
+                        and "ep" not in available_engines()
+                        and pools_reach_library_only_through_ep(onnx.load_from_string(model))
+                    ):
+                        # this onnxruntime has no plugin EP
                         needs_ep.append(name)
                         break
                     ok_all &= ran

@@ -265,7 +265,30 @@ bool match_qdq_unit(const OrtNode* pool, const EpOptions& options, const OrtNode
   return true;
 }
 
+bool is_qlinear_conv(const OrtNode* node) { return node != nullptr && op_type(node) == "QLinearConv"; }
+
 }  // namespace
+
+bool qlinear_pool_beside_qlinear_conv(const OrtGraph* graph) {
+  size_t count = 0;
+  check(ort()->Graph_GetNumNodes(graph, &count));
+  std::vector<const OrtNode*> nodes(count);
+  if (count > 0) check(ort()->Graph_GetNodes(graph, nodes.data(), count));
+  for (const OrtNode* node : nodes) {
+    if (!is(node, "com.microsoft", "QLinearAveragePool")) continue;
+    try {
+      if (NodeAttributes(node, "QLinearAveragePool").integer("channels_last").value_or(0) != 0) continue;
+    } catch (const Error&) {
+      continue;
+    }
+    const std::vector<const OrtValueInfo*> in = inputs(node), out = outputs(node);
+    if (!in.empty() && is_qlinear_conv(producer(in[0]))) return true;
+    if (out.size() == 1 && !graph_output(out[0]))
+      for (const OrtNode* reader : consumers(out[0]))
+        if (is_qlinear_conv(reader)) return true;
+  }
+  return false;
+}
 
 void claim_nodes(const OrtGraph* graph, OrtEpGraphSupportInfo* support, const EpOptions& options,
                  std::map<std::string, FusedAveragePool>& fused) {

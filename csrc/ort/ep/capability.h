@@ -20,4 +20,8 @@ struct FusedAveragePool {
 void claim_nodes(const OrtGraph* graph, OrtEpGraphSupportInfo* support, const EpOptions& options,
                  std::map<std::string, FusedAveragePool>& fused);
 
+// Whether `graph` has an NCHW com.microsoft.QLinearAveragePool (channels_last 0) fed by or feeding a QLinearConv:
+// ORT's CPU provider runs QLinearConv graphs in NHWC, so such a pool is best run in NHWC too.
+bool qlinear_pool_beside_qlinear_conv(const OrtGraph* graph);
+
 }  // namespace onnx_pools::ep

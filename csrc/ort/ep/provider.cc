@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "ort/attributes.h"
 #include "ort/ep/capability.h"
 #include "ort/ep/node_attributes.h"
 #include "ort/ops.h"
@@ -28,10 +29,36 @@ constexpr const char* kVersion = "0.1.0";
 
 // ---- kernels of the registry
 
-// What a registered kernel makes: the op's table row and the element type.
+// What a registered kernel makes: the op's table row and the element type; nhwc: ORT's NHWC form of the op.
 struct KernelEntry {
   const OpDefinition* def;
   const ElementType* type;
+  bool nhwc = false;
+};
+
+// The domain of the NHWC ops ORT's layout transformation makes for an EP that prefers NHWC
+// (GetPreferredDataLayout): with the ort_layout option the EP asks for it for QLinearAveragePool alone
+// (ShouldConvertDataLayoutForOp), so that a QLinearAveragePool the EP takes between QLinearConvs, which ORT's CPU
+// provider runs in NHWC, stays in that layout instead of getting a Transpose on each side.
+constexpr const char* kNhwcDomain = "com.ms.internal.nhwc";
+constexpr const char* kNhwcOp = "QLinearAveragePool";
+
+// A node's attributes, with channels_last = 1: the NHWC form of QLinearAveragePool keeps the NCHW node's
+// attributes, its layout is its domain's.
+class ChannelsLast final : public AttributeReader {
+ public:
+  ChannelsLast(const AttributeReader& node, std::string op) : AttributeReader(std::move(op)), node_(node) {}
+
+ private:
+  // (the node's getters have checked the attribute's type: absent here means absent there)
+  std::optional<std::vector<int64_t>> get_ints(const char* name) const override { return node_.ints(name); }
+  std::optional<int64_t> get_integer(const char* name) const override {
+    return std::string(name) == "channels_last" ? std::optional<int64_t>(1) : node_.integer(name);
+  }
+  std::optional<float> get_real(const char* name) const override { return node_.real(name); }
+  std::optional<std::string> get_text(const char* name) const override { return node_.text(name); }
+  bool present(const char*) const override { return false; }
+  const AttributeReader& node_;
 };
 
 // One node's kernel, as ORT holds it.
@@ -56,8 +83,15 @@ OrtStatus* ORT_API_CALL create_ep_kernel(void* state, const OrtKernelInfo* info,
   *out = nullptr;
   return guarded([&] {
     const KernelEntry& entry = *static_cast<const KernelEntry*>(state);
-    *out =
-        new EpKernel(&call_counter(entry.def - op_table().data()), create_kernel(*entry.def, entry.type->onnx, info));
+    std::unique_ptr<OpKernel> kernel;
+    if (entry.nhwc) {
+      const std::string op = std::string(entry.def->name) + " (NHWC)";
+      const KernelInfoAttributes node(info, op);
+      kernel = entry.def->create(op, entry.type->onnx, ChannelsLast(node, op));
+    } else {
+      kernel = create_kernel(*entry.def, entry.type->onnx, info);
+    }
+    *out = new EpKernel(&call_counter(entry.def - op_table().data()), std::move(kernel));
   });
 }
 
@@ -78,7 +112,10 @@ const std::vector<KernelEntry>& kernel_entries() {
     std::vector<KernelEntry> v;
     for (const OpDefinition& def : op_table())
       for (const ElementType& t : kElementTypes)
-        if (t.family == def.types) v.push_back({&def, &t});
+        if (t.family == def.types) {
+          v.push_back({&def, &t});
+          if (std::string(def.name) == kNhwcOp) v.push_back({&def, &t, true});
+        }
     return v;
   }();
   return entries;
@@ -96,7 +133,8 @@ OrtKernelRegistry* build_kernel_registry() {
         check(g_ep_api->CreateKernelDefBuilder(&builder));
         OrtKernelDef* kernel_def = nullptr;
         OrtStatus* status = g_ep_api->KernelDefBuilder_SetOperatorType(builder, entry.def->name);
-        if (!status) status = g_ep_api->KernelDefBuilder_SetDomain(builder, entry.def->domain);
+        if (!status)
+          status = g_ep_api->KernelDefBuilder_SetDomain(builder, entry.nhwc ? kNhwcDomain : entry.def->domain);
         if (!status) status = g_ep_api->KernelDefBuilder_SetSinceVersion(builder, first, last);
         if (!status) status = g_ep_api->KernelDefBuilder_SetExecutionProvider(builder, kEpName);
         if (!status) status = g_ep_api->KernelDefBuilder_AddTypeConstraint(builder, "T", &data_type, 1);
@@ -209,6 +247,7 @@ class Ep : public OrtEp {
       Ep& me = *static_cast<Ep*>(self);
       std::lock_guard<std::mutex> lock(me.mutex_);
       claim_nodes(graph, support, me.options_, me.fused_);
+      me.nhwc_pools_ = me.options_.ort_layout && qlinear_pool_beside_qlinear_conv(graph);
     });
   }
 
@@ -259,6 +298,8 @@ class Ep : public OrtEp {
   EpOptions options_;
   std::mutex mutex_;
   std::map<std::string, FusedAveragePool> fused_;  // by the unit's output name
+  // the last graph GetCapability saw has QLinearAveragePool nodes to run in NHWC (ShouldConvertDataLayoutForOp)
+  bool nhwc_pools_ = false;
 };
 
 class Factory : public OrtEpFactory {
@@ -342,6 +383,21 @@ Ep::Ep(Factory& factory, EpOptions options) : OrtEp{}, factory_(factory), option
   Compile = &Ep::compile;
   ReleaseNodeComputeInfos = [](OrtEp*, OrtNodeComputeInfo** infos, size_t count) noexcept {
     for (size_t i = 0; i < count; ++i) delete static_cast<FusedCompute*>(infos[i]);
+  };
+  // NHWC only for a graph with QLinearAveragePool nodes to convert: ORT asks before GetCapability (NCHW) and
+  // again after it, and only the second answer has it transform the graph. (Preferring NHWC in every session made
+  // ORT drop the EP's opset-1 pools: ORT's layout transformation does not run on such old opsets.)
+  GetPreferredDataLayout = [](OrtEp* self, OrtEpDataLayout* layout) noexcept {
+    *layout = static_cast<Ep*>(self)->nhwc_pools_ ? OrtEpDataLayout_NHWC : OrtEpDataLayout_NCHW;
+    return static_cast<OrtStatus*>(nullptr);
+  };
+  // (asked after GetCapability has seen the graph: the QLinearAveragePool nodes are converted only in graphs where
+  // they sit beside QLinearConvs; a lone one would only gain the Transposes)
+  ShouldConvertDataLayoutForOp = [](OrtEp* self, const char* domain, const char* op, OrtEpDataLayout,
+                                    int* convert) noexcept {
+    *convert =
+        static_cast<Ep*>(self)->nhwc_pools_ && std::string(domain) == "com.microsoft" && std::string(op) == kNhwcOp;
+    return static_cast<OrtStatus*>(nullptr);
   };
   GetKernelRegistry = [](OrtEp* self, const OrtKernelRegistry** registry) noexcept {
     *registry = nullptr;

@@ -30,7 +30,9 @@ struct EpOptions {
   // uint8 QDQ rewrite needs their QuantizeLinear); everywhere, a quantized average pool (QDQ unit or
   // QLinearAveragePool) of at most 4 window elements, which ORT's NHWC quantized layout runs without the Transposes
   // a node the EP takes would get, and a float pool inside a DequantizeLinear -> pool -> QuantizeLinear group,
-  // which ORT fuses into its QLinear op. 0: taken like any other node (for sessions below level ALL).
+  // which ORT fuses into its QLinear op. And a QLinearAveragePool beside QLinearConvs (which ORT runs in NHWC) is
+  // taken in ORT's NHWC form (the EP prefers NHWC in such a graph, for that op alone). 0: taken like any other node, in
+  // its own layout (for sessions below level ALL).
   bool ort_layout = true;
   // "float16" (default "auto"): a float16 pool fed by a compute node (not a Cast) is left to ORT, which runs it in
   // float between the casts it puts around its float16 neighbours anyway; "all": every float16 node is taken.

@@ -1,0 +1,168 @@
+"""The two ways into ONNX Runtime, node for node: the same one-node model run by the library registered as a
+custom-op library (onnx_pools.session_options(model=...)) and as a plugin execution provider
+(onnx_pools.ep_session_options(), onnxruntime >= 1.24), in one process, for representative cases of every op.
+
+    python -m onnx_pools.bench.routes [--threads 1,2] [--rounds 20] [--cases SUBSTRINGS] [--small] [--markdown FILE]
+
+Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
+around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
+pre-created OrtValues; interleaved rounds, the order alternating from round to round, each session running for
+about TARGET_S per round (samples: bursts of runs for the short ones); a round's median per session is kept.
+Reported: median over rounds per route, the spread (25th-75th percentile of the rounds, % of the median), and the
+ratio ep / custom-op of the medians with the 25th-75th percentile of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import onnx_pools
+from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
+from onnx_pools.bench.engines import bound_runner
+from onnx_pools.bench.timing import time_runs
+
+__all__ = ["ROUTES", "route_cases", "routes_table"]
+
+ROUTES = ("custom-op", "ep")
+ROUNDS = 20
+TARGET_S = 0.03
+SAMPLE_S = 300e-6  # a sample is the mean of a burst of runs this long (the tiny cases run in microseconds)
+SPIN_SETTLE_S = 0.02
+# Labels (with shapes) of the default table's cases timed here: a large and a tiny one of every op, and the
+# QLinearAveragePool layouts and types.
+CASE_NAMES = (
+    "GlobalAveragePool f32 1x2048x7x7",
+    "GlobalAveragePool f64 4x256x56x56",
+    "GlobalMaxPool f32 8x256x56x56",
+    "GlobalMaxPool f16 4x256x56x56",
+    "GlobalLpPool p=2 f32 8x256x56x56",
+    "LpPool 3x3 s1 pad1 p=2 f32 8x64x56x56",
+    "LpPool 2x2 s2 p=3 f32 8x64x112x112",
+    "QLinearAveragePool 3x3 pad1 u8 NCHW distinct cip0 8x64x56x56",
+    "QLinearAveragePool 3x3 pad1 s8 NHWC equal cip1 8x56x56x64",
+    "tiny GlobalAveragePool f32 1x8x4x4",
+    "tiny GlobalMaxPool f32 1x1x1x1",
+    "tiny GlobalLpPool p=2 f32 1x8x4x4",
+    "tiny LpPool 3x3 pad1 p=2 f32 1x4x8x8",
+    "tiny QLinearAveragePool 3x3 pad1 u8 NCHW 1x4x8x8",
+)
+
+
+def route_cases(substrings: list[str] | None = None) -> list[Case]:
+    """The cases of CASE_NAMES, in that order (those whose name contains one of `substrings`, when given)."""
+    by_name = {c.name(): c for c in make_cases()}
+    keep = [n for n in CASE_NAMES if not substrings or any(s.lower() in n.lower() for s in substrings)]
+    return [by_name[n] for n in keep]
+
+
+def _session(route: str, model: bytes, threads: int) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    if route == "ep":
+        so = onnx_pools.ep_session_options(so)
+    else:
+        so = onnx_pools.session_options(so, model=model)
+    return ort.InferenceSession(model, so)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def _kernel_runs(op: str, run: Callable[[], Any]) -> int:
+    before = onnx_pools.call_counts()[op]
+    run()
+    return onnx_pools.call_counts()[op] - before
+
+
+def routes_table(
+    threads: list[int], rounds: int = ROUNDS, small: bool = False, substrings: list[str] | None = None
+) -> tuple[str, bool]:
+    """(markdown, the library's kernel ran on both routes in every row)."""
+    rng = np.random.default_rng(0)
+    lines = [
+        "| case | threads | custom-op ms | ep ms | spread % custom-op/ep | ep / custom-op | same output | kernel ran |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    ok_all = True
+    ratios = []
+    for case in route_cases(substrings):
+        shape = small_shape(case.shape) if small else case.shape
+        model = build_model(case, shape)
+        x = make_input(case, shape, rng)
+        for t in threads:
+            runs, outputs, ran = {}, {}, True
+            for route in ROUTES:
+                runs[route], outputs[route] = bound_runner(_session(route, model, t), x)
+                ran &= _kernel_runs(case.op, runs[route]) == 1
+            ok_all &= ran
+            same = bool(np.array_equal(outputs["custom-op"], outputs["ep"], equal_nan=True))
+            per_round: dict[str, list[float]] = {r: [] for r in ROUTES}
+            for r in range(rounds):
+                for route in ROUTES if r % 2 == 0 else ROUTES[::-1]:
+                    samples, _ = time_runs(runs[route], target_s=TARGET_S, sample_s=SAMPLE_S, min_runs=3, warmup=2)
+                    per_round[route].append(statistics.median(samples))
+                    time.sleep(SPIN_SETTLE_S)  # idle pool threads spin for a while after a run at t > 1
+            med = {k: statistics.median(v) for k, v in per_round.items()}
+            spread = {k: 100 * (_percentile(v, 75) - _percentile(v, 25)) / med[k] for k, v in per_round.items()}
+            paired = [e / c for e, c in zip(per_round["ep"], per_round["custom-op"])]
+            ratio = med["ep"] / med["custom-op"]
+            ratios.append(ratio)
+            lines.append(
+                f"| {case.name(shape)} | {t} | {med['custom-op'] * 1e3:.4f} | {med['ep'] * 1e3:.4f} | "
+                f"{spread['custom-op']:.0f}/{spread['ep']:.0f} | {ratio:.3f} "
+                f"({_percentile(paired, 25):.3f}-{_percentile(paired, 75):.3f}) | {'yes' if same else 'NO'} | "
+                f"{'yes' if ran else 'NO'} |"
+            )
+            ok_all &= same
+    lines.append("")
+    if ratios:
+        lines.append(
+            f"- ep / custom-op: geomean {np.exp(np.mean(np.log(ratios))):.3f}, best {min(ratios):.3f}, "
+            f"worst {max(ratios):.3f} over {len(ratios)} case x thread runs (below 1: the EP is faster)"
+        )
+    return "\n".join(lines) + "\n", ok_all
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m onnx_pools.bench.routes", description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
+    ap.add_argument("--cases", help="comma-separated substrings of case names (default: every case)")
+    ap.add_argument("--small", action="store_true", help="tiny shapes, 2 rounds: a smoke test, not a measurement")
+    ap.add_argument("--markdown", help="also write the table to this file")
+    args = ap.parse_args(argv)
+    import onnxruntime as ort
+
+    from onnx_pools.ep import EP_MIN_ORT_VERSION
+
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < EP_MIN_ORT_VERSION:
+        print(f"error: the EP route needs onnxruntime >= 1.24 (this is {ort.__version__})", file=sys.stderr)
+        return 2
+    threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    substrings = [c.strip() for c in args.cases.split(",") if c.strip()] if args.cases else None
+    if not route_cases(substrings):
+        print(f"error: no case matches {args.cases!r}", file=sys.stderr)
+        return 2
+    md, ok = routes_table(threads, 2 if args.small else args.rounds, args.small, substrings)
+    header = f"onnxruntime {ort.__version__}, library {onnx_pools.get_library_path()} ({onnx_pools.active_isa()})\n\n"
+    print(header + md, flush=True)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("### Single-node models: the custom-op route vs the plugin-EP route\n\n" + header + md)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
