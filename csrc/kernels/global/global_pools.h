@@ -10,20 +10,12 @@
 // l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
 template <class A, int K>
 double fold_vectors(typename Simd<A>::Value* acc) {
-  using S = Simd<A>;
 #pragma GCC unroll 8
   for (int half = K / 2; half >= 1; half /= 2) {
 #pragma GCC unroll 8
     for (int k = 0; k < half; ++k) acc[k] += acc[k + half];
   }
-  A lanes[S::kLength];
-  S::store(lanes, acc[0]);
-#pragma GCC unroll 16
-  for (int width = S::kLength / 2; width >= 1; width /= 2) {
-#pragma GCC unroll 16
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return static_cast<double>(lanes[0]);
+  return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
 // Channels summed side by side: one core reads a few concurrent streams faster than one (AMD EPYC, AVX2: 22-23 GB/s
@@ -63,11 +55,11 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
     }
   }
   for (int g = 0; g < G; ++g) {
-    if (i < n) {  // the tail, spread over the lanes from lane 0
-      A lanes[L];
-      for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
-      for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
-      for (int k = 0; k < K; ++k) acc[g][k] = S::load(lanes + k * S::kLength);
+    if (i < n) {  // the tail, spread over the lanes from lane 0; the lanes past it add map(0) = +0, which leaves
+                  // them as they are (a lane's sum starts at +0, so it is never -0)
+      typename S::Value v[K];
+      loads[g].load_tail(a + g * stride + i, n - i, v);
+      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
     sums[g] = fold_vectors<A, K>(acc[g]);
   }
@@ -154,19 +146,19 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
       nan |= v != v;
     }
   }
-  bool any_nan = false;  // unrolled, without an exit per lane: short channels pay this per channel
-#pragma GCC unroll 64
-  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
-  if (any_nan) return false;
+  // folded in registers, without an exit per lane: short channels pay this per channel
+  using E = typename S::MaskElement;
+  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  static_assert(K == 1 || K == 2 || K == 4);
+  auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
-#pragma GCC unroll 8
-    for (int w = 1; w < K; w *= 2)
-#pragma GCC unroll 8
-      for (int k = 0; k + w < K; k += 2 * w) m[g][k] = m[g][k + w] > m[g][k] ? m[g][k + w] : m[g][k];
-    A best = start;
-#pragma GCC unroll 64
-    for (int l = 0; l < N; ++l) best = best < m[g][0][l] ? m[g][0][l] : best;
-    maxima[g] = best;
+    if constexpr (K == 4) m[g][2] = keep_first(m[g][2], m[g][3]);
+    if constexpr (K >= 2) m[g][0] = keep_first(m[g][0], m[g][1]);
+    if constexpr (K == 4) m[g][0] = keep_first(m[g][0], m[g][2]);
+    // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return second > first ? second : first; });
+    maxima[g] = start < best ? best : start;
   }
   return true;
 }

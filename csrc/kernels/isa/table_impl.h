@@ -6,11 +6,12 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/common/dtypes.h"
 #include "kernels/kernels.h"
 
-#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__SSE2__) || defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
