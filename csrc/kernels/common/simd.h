@@ -362,6 +362,26 @@ struct AccLoader<Float16> {
 };
 #pragma GCC diagnostic pop
 
+// load_block's values; SSE2's float16 through the loader's conversion in registers where it covers them (a
+// multiply instead of halves_to_floats' selects).
+template <class T>
+void convert_block(const T* src, AccOf<T>* dst, int64_t n) {
+  int64_t i = 0;
+#if !defined(__F16C__) && !defined(ONNX_POOLS_NEON_INTRINSICS)
+  if constexpr (std::is_same_v<T, Float16>) {
+    using S = Simd<float>;
+    AccLoader<T> load;
+    for (; i + kLanes<float> <= n; i += kLanes<float>) {
+      S::Value v[AccLoader<T>::kVectors];
+      load.load(src + i, v);
+      for (int k = 0; k < AccLoader<T>::kVectors; ++k) S::store(dst + i + k * S::kLength, v[k]);
+    }
+    if (!load.exact()) i = 0;
+  }
+#endif
+  load_block(src + i, dst + i, n - i);
+}
+
 // The accumulator view of n elements: the elements themselves when T is its own accumulator.
 template <class T>
 const AccOf<T>* acc_view(const T* src, AccOf<T>* buf, int64_t n) {
