@@ -317,10 +317,10 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
   if constexpr (!std::is_same_v<T, A> && R != Reduction::Max) {
-    // Short channels of 16-bit floats (summed one element at a time, not in lanes of vectors): converted to float a
-    // block of channels at a time (channels lie back to back), then pooled as float, which sums the same values in
-    // the same order and rounds the float result to T as from_acc does.
-    if (size < 2 * kLanes<A>) {
+    // Channels of 16-bit floats shorter than a streamed float channel: converted to float a block of channels at a
+    // time (channels lie back to back), then pooled as float, which sums the same values in the same order (one
+    // block, one channel at a time) and rounds the float result to T as from_acc does.
+    if (size * static_cast<int64_t>(sizeof(A)) < kStreamMinBytes) {
       A converted[kBlock], pooled[kBlock];
       const int64_t per_block = kBlock / size;
       for (int64_t c = 0; c < channels; c += per_block) {
