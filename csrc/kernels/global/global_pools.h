@@ -25,20 +25,12 @@ namespace {
 // l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
 template <class A, int K>
 double fold_vectors(typename Simd<A>::Value* acc) {
-  using S = Simd<A>;
 #pragma GCC unroll 8
   for (int half = K / 2; half >= 1; half /= 2) {
 #pragma GCC unroll 8
     for (int k = 0; k < half; ++k) acc[k] += acc[k + half];
   }
-  A lanes[S::kLength];
-  S::store(lanes, acc[0]);
-#pragma GCC unroll 16
-  for (int width = S::kLength / 2; width >= 1; width /= 2) {
-#pragma GCC unroll 16
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return static_cast<double>(lanes[0]);
+  return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
 // Channels summed side by side: one core reads a few concurrent streams faster than one, and each channel is one
@@ -76,11 +68,11 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
     }
   }
   for (int g = 0; g < G; ++g) {
-    if (i < n) {  // the tail, spread over the lanes from lane 0
-      A lanes[L];
-      for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
-      for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
-      for (int k = 0; k < K; ++k) acc[g][k] = S::load(lanes + k * S::kLength);
+    if (i < n) {  // the tail, spread over the lanes from lane 0; the lanes past it add map(0) = +0, which leaves
+                  // them as they are (a lane's sum starts at +0, so it is never -0)
+      typename S::Value v[K];
+      loads[g].load_tail(a + g * stride + i, n - i, v);
+      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
     sums[g] = fold_vectors<A, K>(acc[g]);
   }
@@ -88,27 +80,33 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
 
 // The sum of map(a[i]) over one channel's n elements; map takes a native vector or a scalar (IntegerPower,
 // scaling lambdas with auto arguments).
+// mapped_sum_block's short path (n < 2 kLanes<A>): a lane array would cost more to fold than to fill.
+template <class T, class Map>
+inline double short_sum(const T* a, int64_t n, Map map) {
+  using A = AccOf<T>;
+  auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
+  A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  const int64_t whole = n - n % 8;
+  int64_t i = 0;
+  for (; i < whole; i += 8) {
+    s0 += at(i);
+    s1 += at(i + 1);
+    s2 += at(i + 2);
+    s3 += at(i + 3);
+    s4 += at(i + 4);
+    s5 += at(i + 5);
+    s6 += at(i + 6);
+    s7 += at(i + 7);
+  }
+  A tail = 0;
+  for (; i < n; ++i) tail += at(i);
+  return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
+}
+
 template <class T, class Map, class Loader = AccLoader<T>>
 double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
   using A = AccOf<T>;
-  if (n < 2 * kLanes<A>) {  // short channels: a lane array would cost more to fold than to fill
-    auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
-    A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      s0 += at(i);
-      s1 += at(i + 1);
-      s2 += at(i + 2);
-      s3 += at(i + 3);
-      s4 += at(i + 4);
-      s5 += at(i + 5);
-      s6 += at(i + 6);
-      s7 += at(i + 7);
-    }
-    A tail = 0;
-    for (; i < n; ++i) tail += at(i);
-    return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
-  }
+  if (n < 2 * kLanes<A>) return short_sum(a, n, map);
   double sum;
   mapped_sum_streams<1>(a, 0, n, map, &load, &sum);
   return sum;
@@ -167,19 +165,19 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
       nan |= v != v;
     }
   }
-  bool any_nan = false;  // unrolled, without an exit per lane: short channels pay this per channel
-#pragma GCC unroll 64
-  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
-  if (any_nan) return false;
+  // folded in registers, without an exit per lane: short channels pay this per channel
+  using E = typename S::MaskElement;
+  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  static_assert(K == 1 || K == 2 || K == 4);
+  auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
-#pragma GCC unroll 8
-    for (int w = 1; w < K; w *= 2)
-#pragma GCC unroll 8
-      for (int k = 0; k + w < K; k += 2 * w) m[g][k] = m[g][k + w] > m[g][k] ? m[g][k + w] : m[g][k];
-    A best = start;
-#pragma GCC unroll 64
-    for (int l = 0; l < N; ++l) best = best < m[g][0][l] ? m[g][0][l] : best;
-    maxima[g] = best;
+    if constexpr (K == 4) m[g][2] = keep_first(m[g][2], m[g][3]);
+    if constexpr (K >= 2) m[g][0] = keep_first(m[g][0], m[g][1]);
+    if constexpr (K == 4) m[g][0] = keep_first(m[g][0], m[g][2]);
+    // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return second > first ? second : first; });
+    maxima[g] = start < best ? best : start;
   }
   return true;
 }
@@ -204,42 +202,60 @@ A max_block(const A* a, int64_t n, A running) {
     if (a[j] != a[j]) return a[j];
 }
 
+// The largest key of n >= W halves into best, W lanes at a time in K vectors, the rest one vector at a time with the
+// last one overlapping the one before (an integer max is the same in any order and with repeats); nan is set if a
+// NaN's bits came by.
+template <int W, int K, class Key>
+[[gnu::always_inline]] inline void max_keys(const int16_t* bits, int64_t n, int16_t infinity_bits, Key key,
+                                            int16_t& best, bool& nan) {
+  using V = typename VectorOf<int16_t, 2 * W>::Type;
+  auto load = [bits](int64_t i) {
+    V v;
+    std::memcpy(&v, bits + i, sizeof v);
+    return v;
+  };
+  V m[K], nan_seen = {};
+  for (auto& v : m) v = V{} + best;
+  auto step = [&](V& running, V v) {
+    const V kv = key(v);
+    running = kv > running ? kv : running;
+    nan_seen |= (v & 0x7fff) > infinity_bits;
+  };
+  int64_t i = 0;
+  for (; i + K * W <= n; i += K * W) {
+    for (int k = 0; k < K; ++k) step(m[k], load(i + k * W));
+  }
+  for (; i < n; i += W) step(m[0], load(i + W <= n ? i : n - W));
+  for (int k = 1; k < K; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
+  best = max_of(best, fold_halves<int16_t, 2 * W>(m[0], [](auto a, auto b) { return a > b ? a : b; }));
+  nan |= fold_halves<int16_t, 2 * W>(nan_seen, [](auto a, auto b) { return a | b; }) != 0;
+}
+
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
 // integer with the same order (negative values have their magnitude bits flipped), so the max is an integer max
 // of 16 lanes per AVX2 vector (8 on SSE2, which has no float16 conversion instruction: converting in software
 // cost more than ORT's own F16C casts). NaN (magnitude above infinity's bits) returns the first NaN, converted as the
-// float path does; -0 ranks below +0, as IEEE 754's maximum has it.
+// float path does; -0 ranks below +0, as IEEE 754's maximum has it. Channels shorter than a vector take narrower
+// ones, down to 8 lanes.
 template <class T>
 T max_halves(const T* x, int64_t n) {
   constexpr int16_t kInfinityBits = std::is_same_v<T, Float16> ? 0x7c00 : 0x7f80;
-  using S = Simd<int16_t>;
-  using V = typename S::Value;
-  constexpr int N = S::kLength;
+  constexpr int N = Simd<int16_t>::kLength;
   const int16_t* bits = reinterpret_cast<const int16_t*>(x);
   auto key = [](auto v) { return v ^ ((v >> 15) & 0x7fff); };  // self-inverse
   int16_t best = std::numeric_limits<int16_t>::min();
   bool nan = false;
-  int64_t i = 0;
-  if (n >= 4 * N) {
-    V m[4], nan_seen = {};
-    for (auto& v : m) v = S::splat(best);
-    for (; i + 4 * N <= n; i += 4 * N) {
-      for (int k = 0; k < 4; ++k) {
-        const V v = S::load(bits + i + k * N);
-        const V kv = key(v);
-        m[k] = kv > m[k] ? kv : m[k];
-        nan_seen |= (v & 0x7fff) > kInfinityBits;
-      }
+  if (n >= N) {
+    max_keys<N, 4>(bits, n, kInfinityBits, key, best, nan);
+  } else if (N > 16 && n >= 16) {
+    max_keys<N / 2, 1>(bits, n, kInfinityBits, key, best, nan);
+  } else if (N > 8 && n >= 8) {
+    max_keys<8, 1>(bits, n, kInfinityBits, key, best, nan);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      best = max_of(best, static_cast<int16_t>(key(bits[i])));
+      nan |= (bits[i] & 0x7fff) > kInfinityBits;
     }
-    for (int k = 1; k < 4; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
-    for (int l = 0; l < N; ++l) {
-      best = max_of(best, static_cast<int16_t>(m[0][l]));
-      nan |= nan_seen[l] != 0;
-    }
-  }
-  for (; i < n; ++i) {
-    best = max_of(best, static_cast<int16_t>(key(bits[i])));
-    nan |= (bits[i] & 0x7fff) > kInfinityBits;
   }
   if (nan) {
     for (int64_t j = 0; j < n; ++j) {
@@ -314,6 +330,22 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   using A = AccOf<T>;
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
+  if constexpr (!std::is_same_v<T, A> && R != Reduction::Max) {
+    // Channels of 16-bit floats shorter than a streamed float channel: converted to float a block of channels at a
+    // time (channels lie back to back), then pooled as float, which sums the same values in the same order (one
+    // block, one channel at a time) and rounds the float result to T as from_acc does.
+    if (size * static_cast<int64_t>(sizeof(A)) < kStreamMinBytes) {
+      A converted[kBlock], pooled[kBlock];
+      const int64_t per_block = kBlock / size;
+      for (int64_t c = 0; c < channels; c += per_block) {
+        const int64_t count = min_of(per_block, channels - c);
+        convert_block(x + c * size, converted, count * size);
+        global_pool<A, R>(converted, pooled, count, size, lp);
+        store_block(pooled, y + c, count);
+      }
+      return;
+    }
+  }
   A buffer[kBlock];
   constexpr int G = kStreamsOf<T, R>;
   auto one_channel = [&](int64_t c) {
@@ -399,6 +431,41 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     }
     y[c] = from_acc<T>(result);
   };
+  if constexpr (std::is_same_v<T, A>) {
+    // Short channels, in one loop with nothing per channel but one_channel's own arithmetic for them; a channel
+    // whose sum is not finite or not trusted goes to one_channel.
+    if (R == Reduction::Average && size < 2 * kLanes<A>) {
+      for (int64_t c = 0; c < channels; ++c) {
+        double total = 0;
+        total += short_sum(x + c * size, size, Identity{});
+        if (std::isfinite(total)) y[c] = from_acc<T>(total / static_cast<double>(size));
+        else one_channel(c);
+      }
+      return;
+    }
+    if (R == Reduction::Max && size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes) {
+      for (int64_t c = 0; c < channels; ++c)
+        y[c] = from_acc<T>(max_block(x + c * size, size, -std::numeric_limits<A>::infinity()));
+      return;
+    }
+    if (R == Reduction::Lp && size < 2 * kLanes<A> && !needs_scaled_lp(lp)) {
+      with_power(lp, [&](auto power) {
+        const int64_t first = min_of(int64_t{kLanes<A>}, size);  // the probe, as one_channel takes it
+        for (int64_t c = 0; c < channels; ++c) {
+          const T* xc = x + c * size;
+          double total = 0, rest = 0;
+          total += short_sum(xc, first, power);
+          if (lp_sum_trusted<A>(total)) {
+            if (first < size) rest += short_sum(xc + first, size - first, power);
+            total += rest;
+          }
+          if (lp_sum_trusted<A>(total)) y[c] = from_acc<T>(root_for(power, total));
+          else one_channel(c);
+        }
+      });
+      return;
+    }
+  }
   int64_t c = 0;
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
