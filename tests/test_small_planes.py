@@ -1,9 +1,11 @@
 """Global pools over many short channels (CNN heads: planes of 1x1 to 17x17), on every ISA path.
 
-Short channels take loops of their own in csrc/kernels/global/global_pools.h: sums of fewer than 2 kLanes elements
-(short_sum) with the mean or the Lp probe, rest and root per channel; maxima below the streamed size through
-max_block; float16 / bfloat16 channels below a streamed float channel converted a block of channels at a time
-(convert_block) and pooled as float; 16-bit maxima in vectors of N, N/2 or 8 lanes with an overlapping last one; the
+Short channels take loops of their own in csrc/kernels/global/global_pools.h: channels below the streamed size summed
+one block each (short_sum below 2 kLanes elements) with the mean or the Lp probe, rest and root per channel; maxima
+below the streamed size a group of channels side by side (max_short_vectors below a vector, max_streams up to
+kShortMaxGroupBytes; a NaN in the group sends each channel back to max_block), 1-element channels copied; float16 /
+bfloat16 channels below a streamed float channel converted a block of channels at a time (convert_block) and pooled
+as float; 16-bit maxima in vectors of N, N/2 or 8 lanes with an overlapping last one; the
 tails of longer channels loaded as zero-padded vectors (masked loads on avx2 / avx512). The shapes below put channels
 across several conversion blocks, the lengths on both sides of each threshold, and channels whose sums leave the
 fast paths (NaN, infinity, overflow, subnormal float16) among plain ones. Each case is checked against the float64
@@ -24,7 +26,7 @@ from helpers import cpu_isas, rerun_on_isa, run_op
 __all__ = ["cases", "check_all"]
 
 PLANES = [1, 2, 3, 4, 5, 7, 8, 9, 10, 14, 17]  # H = W
-LENGTHS = [31, 63, 64, 65, 100, 255, 289, 511, 513]  # 1-D channels around the thresholds
+LENGTHS = [31, 63, 64, 65, 100, 128, 129, 255, 256, 289, 511, 512, 513]  # 1-D channels around the thresholds
 DTYPES = ["float32", "float64", "float16", "bfloat16"]
 OPS: list[tuple[str, int, dict[str, Any]]] = [
     ("GlobalAveragePool", 22, {}),

@@ -38,6 +38,11 @@ double fold_vectors(typename Simd<A>::Value* acc) {
 // registers, SSE2 / NEON take 2.
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+// Short float channels' maxima computed side by side (global_pool): as many as keep their K = 4 running maxima each
+// in registers, with room for the loads; up to channels of kShortMaxGroupBytes, past which a channel's own loads
+// keep the core busy and more streams only slow the reads from L2 / L3 down.
+constexpr int kShortMaxGroup = kVectorBytes >= 64 ? 4 : 2;
+constexpr int64_t kShortMaxGroupBytes = 512;
 // Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2
 // included). On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
 // added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
@@ -177,6 +182,36 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
     // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
     const A best =
         fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return second > first ? second : first; });
+    maxima[g] = start < best ? best : start;
+  }
+  return true;
+}
+
+// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector per channel
+// with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
+// keeping the first of equal values, as max_block's scalar scan does. Returns false if a NaN came by (the caller
+// then scans each channel).
+template <int G, class A>
+bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  V lane;
+  for (int l = 0; l < S::kLength; ++l) lane[l] = static_cast<A>(l);
+  const M inside = lane < static_cast<A>(n);
+  const V fill = S::splat(start);
+  V m[G];
+  M nan = {};
+  for (int g = 0; g < G; ++g) {
+    const V v = load_first(a + g * n, n);
+    nan |= v != v;
+    m[g] = inside ? (v > fill ? v : fill) : fill;
+  }
+  using E = typename S::MaskElement;
+  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  for (int g = 0; g < G; ++g) {
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
     maxima[g] = start < best ? best : start;
   }
   return true;
@@ -432,8 +467,11 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     y[c] = from_acc<T>(result);
   };
   if constexpr (std::is_same_v<T, A>) {
-    // Short channels, in one loop with nothing per channel but one_channel's own arithmetic for them; a channel
-    // whose sum is not finite or not trusted goes to one_channel.
+    // Short channels (one block each, below the streamed length), in one loop with nothing per channel but
+    // one_channel's own arithmetic for them; a channel whose sum is not finite or not trusted goes to one_channel.
+    // (Means of channels from 2 kLanes elements on measured slower this way on avx2 and SSE2 than in one_channel.)
+    const bool short_channels = size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes;
+    static_assert(kStreamMinBytes / sizeof(T) <= kBlock, "a short channel is one block");
     if (R == Reduction::Average && size < 2 * kLanes<A>) {
       for (int64_t c = 0; c < channels; ++c) {
         double total = 0;
@@ -443,20 +481,48 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       }
       return;
     }
-    if (R == Reduction::Max && size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes) {
-      for (int64_t c = 0; c < channels; ++c)
-        y[c] = from_acc<T>(max_block(x + c * size, size, -std::numeric_limits<A>::infinity()));
+    if (R == Reduction::Max && short_channels) {
+      // kShortMaxGroup channels of at least a vector side by side, each exactly as max_block takes it (the same
+      // K = 4 vectors per channel): a short channel's few loads and its fold are a chain of dependent steps, and
+      // independent channels fill the gaps of each other's chains
+      constexpr A kStart = -std::numeric_limits<A>::infinity();
+      auto scanned = [&](int64_t channel) { return from_acc<T>(max_block(x + channel * size, size, kStart)); };
+      int64_t c = 0;
+      if (size == 1) {  // max(-inf, v) is v itself, NaN and -inf included
+        std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
+        return;
+      }
+      if (size < Simd<A>::kLength) {
+        for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
+          A maxima[kShortMaxGroup];
+          if (max_short_vectors<kShortMaxGroup>(x + c * size, size, kStart, maxima)) {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
+          } else {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
+          }
+        }
+      } else if (size * static_cast<int64_t>(sizeof(A)) <= kShortMaxGroupBytes) {
+        for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
+          A maxima[kShortMaxGroup];
+          if (max_streams<kShortMaxGroup, 4>(x + c * size, size, size, kStart, maxima)) {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
+          } else {  // a NaN among them: each channel alone finds its first
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
+          }
+        }
+      }
+      for (; c < channels; ++c) y[c] = scanned(c);
       return;
     }
-    if (R == Reduction::Lp && size < 2 * kLanes<A> && !needs_scaled_lp(lp)) {
+    if (R == Reduction::Lp && short_channels && !needs_scaled_lp(lp)) {
       with_power(lp, [&](auto power) {
         const int64_t first = min_of(int64_t{kLanes<A>}, size);  // the probe, as one_channel takes it
         for (int64_t c = 0; c < channels; ++c) {
           const T* xc = x + c * size;
           double total = 0, rest = 0;
-          total += short_sum(xc, first, power);
+          total += mapped_sum_block(xc, first, power);
           if (lp_sum_trusted<A>(total)) {
-            if (first < size) rest += short_sum(xc + first, size - first, power);
+            if (first < size) rest += mapped_sum_block(xc + first, size - first, power);
             total += rest;
           }
           if (lp_sum_trusted<A>(total)) y[c] = from_acc<T>(root_for(power, total));
