@@ -47,9 +47,11 @@ constexpr int64_t kShortMaxGroupBytes = 512;
 // included). On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
 // added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
 // sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
-// streams of sums spill too, and still beat one; AVX-512 has 32 registers.
+// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima with AVX-512 take one channel at a
+// time, so that the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC
+// (Zen 4) the 4 side-by-side streams read L3 and memory markedly slower than one.
 template <class T, Reduction R>
-constexpr int kStreamsOf = R == Reduction::Max                        ? 4
+constexpr int kStreamsOf = R == Reduction::Max                        ? (kVectorBytes >= 64 ? 1 : 4)
                            : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
                                                                       : kStreams;
 
