@@ -43,15 +43,16 @@ constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream an
 // keep the core busy and more streams only slow the reads from L2 / L3 down.
 constexpr int kShortMaxGroup = kVectorBytes >= 64 ? 4 : 2;
 constexpr int64_t kShortMaxGroupBytes = 512;
-// Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2
-// included). On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
+// Channels per side-by-side group. Max keeps 2 vectors per channel: 4 channels would fit every vector width, but
+// see below. On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
 // added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
 // sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
-// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima with AVX-512 take one channel at a
-// time, so that the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC
-// (Zen 4) the 4 side-by-side streams read L3 and memory markedly slower than one.
+// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima take one channel at a time, so that
+// the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC (Zen 4) the 4
+// side-by-side streams read L3 and memory markedly slower than one, on every path but SSE2's doubles (2 lanes a
+// vector), whose single stream is bound by its own loop instead.
 template <class T, Reduction R>
-constexpr int kStreamsOf = R == Reduction::Max                        ? (kVectorBytes >= 64 ? 1 : 4)
+constexpr int kStreamsOf = R == Reduction::Max ? (kVectorBytes >= 32 || sizeof(AccOf<T>) == 4 ? 1 : 4)
                            : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
                                                                       : kStreams;
 
