@@ -132,6 +132,33 @@ def test_worker_modes(tmp_path, mode, columns):
     assert {row[1] for row in rows} == {"portable"}
 
 
+def test_small_planes_sweep(tmp_path):
+    """--small-planes: every op and float type of the sweep over a few plane sides, each ISA asked for in its own
+    worker, with a summary line per ISA and thread count."""
+    code, out, err = bench(tmp_path, "--small-planes", "--isa", "portable,avx2", "--threads", "1")
+    assert code == 0, err
+    ((columns, rows),) = tables(out)
+    assert columns[:8] == [
+        "case",
+        "ISA",
+        "threads",
+        "lib ms",
+        "stock ms",
+        "torch ms",
+        "speed-up vs stock",
+        "speed-up vs torch",
+    ]
+    assert kernel_ran_everywhere(columns, rows)
+    names = {row[0] for row in rows}
+    ops = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool p=2", "LpPool 3x3 s1 pad1 p=2")
+    assert names == {f"{op} {t} 1x32x{s}x{s}" for op in ops for t in ("f32", "f16") for s in (1, 4, 7)}
+    isas = sorted({row[1] for row in rows})
+    assert "portable" in isas and set(isas) <= {"portable", "avx2"}
+    assert all(sum(row[0] == name for row in rows) == len(isas) for name in names)
+    for isa in isas:
+        assert f"- {isa}, 1 thread(s): " in out and f"of {len(names)} cases slower than stock" in out
+
+
 @pytest.mark.parametrize(
     "mode, columns, kernel_column",
     [

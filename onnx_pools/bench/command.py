@@ -12,6 +12,8 @@ Modes (one or several; none: the default table):
   --whole-models   the bundled whole-model benchmark set: stock vs the library's ways of registering
   --qlinear-times  QLinearAveragePool per configuration: min and median of runs (with --baseline: interleaved)
   --in-cache       the global pools on 4 MB inputs (cache-resident), library vs PyTorch vs OpenVINO
+  --small-planes   planes 1x1..17x17, C = 1024 and 32, global pools and LpPool 3x3, float32 and float16: the
+                   library on every ISA vs stock ONNX Runtime and PyTorch
   --all            every mode above in turn
 Every mode takes --small (tiny shapes, few rounds: a smoke test, not a measurement). ORT runs: intra_op_num_threads
 = t, inter_op_num_threads = 1, sequential execution, IOBinding with pre-created OrtValues. Time = median of the
@@ -39,7 +41,17 @@ from onnx_pools.bench.workers import ISA_ORDER, IsaWorker, start_workers, stop_a
 
 __all__ = ["MODES", "main"]
 
-MODES = ("table", "scaling", "spread", "memory", "denormals", "whole_models", "qlinear_times", "in_cache")
+MODES = (
+    "table",
+    "scaling",
+    "spread",
+    "memory",
+    "denormals",
+    "whole_models",
+    "qlinear_times",
+    "in_cache",
+    "small_planes",
+)
 TITLES = {
     "table": "Single-node models: the library vs stock ONNX Runtime, PyTorch and OpenVINO",
     "scaling": "The library's thread scaling (LpPool, QLinearAveragePool)",
@@ -49,6 +61,7 @@ TITLES = {
     "whole_models": "Whole models: stock ONNX Runtime vs the library",
     "qlinear_times": "QLinearAveragePool per configuration",
     "in_cache": "Cache-resident inputs (4 MB): the library vs PyTorch and OpenVINO",
+    "small_planes": "Small planes (1x1 to 17x17): the library vs stock ONNX Runtime and PyTorch",
 }
 
 
@@ -66,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     modes.add_argument("--whole-models", action="store_true", help="the bundled whole-model benchmark set")
     modes.add_argument("--qlinear-times", action="store_true", help="QLinearAveragePool per configuration")
     modes.add_argument("--in-cache", action="store_true", help="global pools on cache-resident 4 MB inputs")
+    modes.add_argument("--small-planes", action="store_true", help="planes 1x1..17x17 vs stock and PyTorch")
     modes.add_argument("--all", action="store_true", help="every mode, the table first")
     ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
     ap.add_argument("--quick", action="store_true", help="fewer runs (about 0.2 s per measurement; 8 model rounds)")
@@ -228,6 +242,17 @@ def _in_cache(run: _Run) -> None:
     run.section("in_cache", *in_cache_table(run.threads, run.args.small))
 
 
+def _small_planes(run: _Run) -> None:
+    from onnx_pools.bench.small_planes import small_planes_table
+
+    workers = run.workers(baseline=False)
+    try:
+        md, ok = small_planes_table(run.threads, workers, np.random.default_rng(0), run.args.small, run.args.quick)
+    finally:
+        stop_all(workers)
+    run.section("small_planes", md, ok)
+
+
 RUNNERS: dict[str, Callable[[_Run], None]] = {
     "table": _table,
     "scaling": _scaling,
@@ -237,6 +262,7 @@ RUNNERS: dict[str, Callable[[_Run], None]] = {
     "whole_models": _whole_models,
     "qlinear_times": _qlinear_times,
     "in_cache": _in_cache,
+    "small_planes": _small_planes,
 }
 
 

@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
-#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__SSE2__) || defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #if defined(ONNX_POOLS_NEON_INTRINSICS)
@@ -50,6 +51,100 @@ struct Simd {
   static void store(A* p, Value v) { std::memcpy(p, &v, sizeof v); }
   static Value splat(A a) { return Value{} + a; }
 };
+
+// A vector of Bytes / sizeof(A) lanes of A, any power-of-two width up to the native one.
+template <class A, int Bytes>
+struct VectorOf {
+  typedef A Type __attribute__((vector_size(Bytes)));
+};
+
+// op over the lanes of v, folded in halves in registers: lane l of the lower half with lane l of the upper one,
+// then again, down to one lane (op takes two vectors, or two scalars for the last step). The same operations in the
+// same order as folding a stored copy of the lanes with `for width = half; width >= 1; width /= 2: lane[l] =
+// op(lane[l], lane[l + width])`, without the store and the scalar reloads.
+template <class V, size_t... L>
+[[gnu::always_inline]] inline auto lower_half(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, L...);
+}
+template <class V, size_t... L>
+[[gnu::always_inline]] inline auto upper_half(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, (L + sizeof...(L))...);
+}
+template <class V, size_t... L>
+[[gnu::always_inline]] inline auto even_lanes(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, (2 * L)...);
+}
+template <class V, size_t... L>
+[[gnu::always_inline]] inline auto odd_lanes(V v, std::index_sequence<L...>) {
+  return __builtin_shufflevector(v, v, (2 * L + 1)...);
+}
+template <class A, int Bytes, class Op>
+[[gnu::always_inline]] inline A fold_halves(typename VectorOf<A, Bytes>::Type v, Op op) {
+  constexpr int kHalf = Bytes / 2 / static_cast<int>(sizeof(A));
+  if constexpr (kHalf == 0) {
+    return v[0];
+  } else if constexpr (kHalf == 1) {
+    return op(v[0], v[1]);
+  } else {
+    return fold_halves<A, Bytes / 2>(
+        op(lower_half(v, std::make_index_sequence<kHalf>{}), upper_half(v, std::make_index_sequence<kHalf>{})), op);
+  }
+}
+
+// Lanes [0, r) of p and zeros from lane r on (any r); reads no element from p + r on: a masked load where the
+// instruction set has one for A.
+template <class A>
+[[gnu::always_inline]] inline typename Simd<A>::Value load_first(const A* p, int64_t r) {
+  using S = Simd<A>;
+  if (r >= S::kLength) return S::load(p);
+  const int lanes = r > 0 ? static_cast<int>(r) : 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<A, float>) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes) - 1), p);
+  } else if constexpr (std::is_same_v<A, double>) {
+    return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << lanes) - 1), p);
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    return _mm256_maskload_ps(p,
+                              _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  } else if constexpr (std::is_same_v<A, double>) {
+    return _mm256_maskload_pd(p, _mm256_cmpgt_epi64(_mm256_set1_epi64x(lanes), _mm256_setr_epi64x(0, 1, 2, 3)));
+  }
+#elif defined(__SSE2__)
+  // in registers: a copy through memory and a wider reload stall on store forwarding
+  if constexpr (std::is_same_v<A, float>) {
+    auto pair = [p] { return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); };
+    switch (lanes) {
+      case 0: return typename S::Value{};
+      case 1: return _mm_load_ss(p);
+      case 2: return pair();
+      default: return _mm_movelh_ps(pair(), _mm_load_ss(p + 2));
+    }
+  } else if constexpr (std::is_same_v<A, double>) {
+    return lanes == 0 ? typename S::Value{} : _mm_load_sd(p);
+  }
+#endif
+  typename S::Value v = {};
+  for (int l = 0; l < lanes; ++l) v[l] = p[l];
+  return v;
+}
+
+// op over the lanes of v folded in neighbouring pairs, in registers: lane 2l with lane 2l + 1, then again, so each step
+// takes two neighbouring runs of lanes, the lower one first (a scan from lane 0 that keeps the first of equal values
+// is then such a fold with op keeping its first argument unless the second is greater).
+template <class A, int Bytes, class Op>
+[[gnu::always_inline]] inline A fold_pairs(typename VectorOf<A, Bytes>::Type v, Op op) {
+  constexpr int kHalf = Bytes / 2 / static_cast<int>(sizeof(A));
+  if constexpr (kHalf == 0) {
+    return v[0];
+  } else if constexpr (kHalf == 1) {
+    return op(v[0], v[1]);
+  } else {
+    return fold_pairs<A, Bytes / 2>(
+        op(even_lanes(v, std::make_index_sequence<kHalf>{}), odd_lanes(v, std::make_index_sequence<kHalf>{})), op);
+  }
+}
 
 // Independent partial sums of a reduction: 128 bytes of them whatever the vector width (2 AVX-512, 4 AVX2 or 8
 // SSE/NEON registers), folded in one fixed order, so every instruction set adds the same numbers in the same
@@ -181,8 +276,20 @@ struct AccLoader {  // T is its own accumulator
   void load(const T* p, typename S::Value* v) {
     for (int k = 0; k < kVectors; ++k) v[k] = S::load(p + k * S::kLength);
   }
+  // r < kLanes<T> elements as load takes kLanes<T>, zeros after them
+  void load_tail(const T* p, int64_t r, typename S::Value* v) {
+    for (int k = 0; k < kVectors; ++k) v[k] = load_first(p + k * S::kLength, r - k * S::kLength);
+  }
   bool exact() const { return true; }
 };
+
+// r < kLanes elements of 16-bit floats as load takes kLanes, zeros (+0) after them
+template <class Loader, class T>
+void load_padded(Loader& loader, const T* p, int64_t r, Simd<float>::Value* v) {
+  T padded[kLanes<float>] = {};
+  std::memcpy(padded, p, static_cast<size_t>(r) * sizeof(T));
+  loader.load(padded, v);
+}
 
 template <>
 struct AccLoader<BFloat16> {  // the bits, moved to the top half of a float
@@ -197,6 +304,7 @@ struct AccLoader<BFloat16> {  // the bits, moved to the top half of a float
       v[k] = reinterpret_cast<S::Value>(__builtin_convertvector(h, Words) << 16);
     }
   }
+  void load_tail(const BFloat16* p, int64_t r, S::Value* v) { load_padded(*this, p, r, v); }
   bool exact() const { return true; }
 };
 
@@ -206,6 +314,7 @@ template <>
 struct AccLoader<Float16> {
   using S = Simd<float>;
   static constexpr int kVectors = kLanes<float> / S::kLength;
+  void load_tail(const Float16* p, int64_t r, S::Value* v) { load_padded(*this, p, r, v); }
 #if defined(__AVX512F__)
   void load(const Float16* p, S::Value* v) {
     for (int k = 0; k < kVectors; ++k)
@@ -266,6 +375,26 @@ struct AccLoader<Float16> {
 #endif
 };
 #pragma GCC diagnostic pop
+
+// load_block's values; SSE2's float16 through the loader's conversion in registers where it covers them (a
+// multiply instead of halves_to_floats' selects).
+template <class T>
+void convert_block(const T* src, AccOf<T>* dst, int64_t n) {
+  int64_t i = 0;
+#if !defined(__F16C__) && !defined(ONNX_POOLS_NEON_INTRINSICS)
+  if constexpr (std::is_same_v<T, Float16>) {
+    using S = Simd<float>;
+    AccLoader<T> load;
+    for (; i + kLanes<float> <= n; i += kLanes<float>) {
+      S::Value v[AccLoader<T>::kVectors];
+      load.load(src + i, v);
+      for (int k = 0; k < AccLoader<T>::kVectors; ++k) S::store(dst + i + k * S::kLength, v[k]);
+    }
+    if (!load.exact()) i = 0;
+  }
+#endif
+  load_block(src + i, dst + i, n - i);
+}
 
 // The accumulator view of n elements: the elements themselves when T is its own accumulator.
 template <class T>

@@ -25,20 +25,12 @@ namespace {
 // l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
 template <class A, int K>
 double fold_vectors(typename Simd<A>::Value* acc) {
-  using S = Simd<A>;
 #pragma GCC unroll 8
   for (int half = K / 2; half >= 1; half /= 2) {
 #pragma GCC unroll 8
     for (int k = 0; k < half; ++k) acc[k] += acc[k + half];
   }
-  A lanes[S::kLength];
-  S::store(lanes, acc[0]);
-#pragma GCC unroll 16
-  for (int width = S::kLength / 2; width >= 1; width /= 2) {
-#pragma GCC unroll 16
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  }
-  return static_cast<double>(lanes[0]);
+  return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
 // Channels summed side by side: one core reads a few concurrent streams faster than one, and each channel is one
@@ -46,13 +38,21 @@ double fold_vectors(typename Simd<A>::Value* acc) {
 // registers, SSE2 / NEON take 2.
 constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
 constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
-// Channels per side-by-side group. Max keeps 2 vectors per channel, so 4 channels fit every vector width (SSE2
-// included). On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
+// Short float channels' maxima computed side by side (global_pool): as many as keep their K = 4 running maxima each
+// in registers, with room for the loads; up to channels of kShortMaxGroupBytes, past which a channel's own loads
+// keep the core busy and more streams only slow the reads from L2 / L3 down.
+constexpr int kShortMaxGroup = kVectorBytes >= 64 ? 4 : 2;
+constexpr int64_t kShortMaxGroupBytes = 512;
+// Channels per side-by-side group. Max keeps 2 vectors per channel: 4 channels would fit every vector width, but
+// see below. On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
 // added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
 // sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
-// streams of sums spill too, and still beat one; AVX-512 has 32 registers.
+// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima take one channel at a time, so that
+// the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC (Zen 4) the 4
+// side-by-side streams read L3 and memory markedly slower than one, on every path but SSE2's doubles (2 lanes a
+// vector), whose single stream is bound by its own loop instead.
 template <class T, Reduction R>
-constexpr int kStreamsOf = R == Reduction::Max                        ? 4
+constexpr int kStreamsOf = R == Reduction::Max ? (kVectorBytes >= 32 || sizeof(AccOf<T>) == 4 ? 1 : 4)
                            : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
                                                                       : kStreams;
 
@@ -76,11 +76,11 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
     }
   }
   for (int g = 0; g < G; ++g) {
-    if (i < n) {  // the tail, spread over the lanes from lane 0
-      A lanes[L];
-      for (int k = 0; k < K; ++k) S::store(lanes + k * S::kLength, acc[g][k]);
-      for (int l = 0; i + l < n; ++l) lanes[l] += map(to_acc<A>(a[g * stride + i + l]));
-      for (int k = 0; k < K; ++k) acc[g][k] = S::load(lanes + k * S::kLength);
+    if (i < n) {  // the tail, spread over the lanes from lane 0; the lanes past it add map(0) = +0, which leaves
+                  // them as they are (a lane's sum starts at +0, so it is never -0)
+      typename S::Value v[K];
+      loads[g].load_tail(a + g * stride + i, n - i, v);
+      for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
     sums[g] = fold_vectors<A, K>(acc[g]);
   }
@@ -88,27 +88,33 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
 
 // The sum of map(a[i]) over one channel's n elements; map takes a native vector or a scalar (IntegerPower,
 // scaling lambdas with auto arguments).
+// mapped_sum_block's short path (n < 2 kLanes<A>): a lane array would cost more to fold than to fill.
+template <class T, class Map>
+inline double short_sum(const T* a, int64_t n, Map map) {
+  using A = AccOf<T>;
+  auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
+  A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+  const int64_t whole = n - n % 8;
+  int64_t i = 0;
+  for (; i < whole; i += 8) {
+    s0 += at(i);
+    s1 += at(i + 1);
+    s2 += at(i + 2);
+    s3 += at(i + 3);
+    s4 += at(i + 4);
+    s5 += at(i + 5);
+    s6 += at(i + 6);
+    s7 += at(i + 7);
+  }
+  A tail = 0;
+  for (; i < n; ++i) tail += at(i);
+  return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
+}
+
 template <class T, class Map, class Loader = AccLoader<T>>
 double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
   using A = AccOf<T>;
-  if (n < 2 * kLanes<A>) {  // short channels: a lane array would cost more to fold than to fill
-    auto at = [&](int64_t i) { return map(to_acc<A>(a[i])); };
-    A s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      s0 += at(i);
-      s1 += at(i + 1);
-      s2 += at(i + 2);
-      s3 += at(i + 3);
-      s4 += at(i + 4);
-      s5 += at(i + 5);
-      s6 += at(i + 6);
-      s7 += at(i + 7);
-    }
-    A tail = 0;
-    for (; i < n; ++i) tail += at(i);
-    return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
-  }
+  if (n < 2 * kLanes<A>) return short_sum(a, n, map);
   double sum;
   mapped_sum_streams<1>(a, 0, n, map, &load, &sum);
   return sum;
@@ -167,19 +173,49 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
       nan |= v != v;
     }
   }
-  bool any_nan = false;  // unrolled, without an exit per lane: short channels pay this per channel
-#pragma GCC unroll 64
-  for (int l = 0; l < N; ++l) any_nan |= nan[l] != 0;
-  if (any_nan) return false;
+  // folded in registers, without an exit per lane: short channels pay this per channel
+  using E = typename S::MaskElement;
+  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  static_assert(K == 1 || K == 2 || K == 4);
+  auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
-#pragma GCC unroll 8
-    for (int w = 1; w < K; w *= 2)
-#pragma GCC unroll 8
-      for (int k = 0; k + w < K; k += 2 * w) m[g][k] = m[g][k + w] > m[g][k] ? m[g][k + w] : m[g][k];
-    A best = start;
-#pragma GCC unroll 64
-    for (int l = 0; l < N; ++l) best = best < m[g][0][l] ? m[g][0][l] : best;
-    maxima[g] = best;
+    if constexpr (K == 4) m[g][2] = keep_first(m[g][2], m[g][3]);
+    if constexpr (K >= 2) m[g][0] = keep_first(m[g][0], m[g][1]);
+    if constexpr (K == 4) m[g][0] = keep_first(m[g][0], m[g][2]);
+    // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return second > first ? second : first; });
+    maxima[g] = start < best ? best : start;
+  }
+  return true;
+}
+
+// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector per channel
+// with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
+// keeping the first of equal values, as max_block's scalar scan does. Returns false if a NaN came by (the caller
+// then scans each channel).
+template <int G, class A>
+bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  V lane;
+  for (int l = 0; l < S::kLength; ++l) lane[l] = static_cast<A>(l);
+  const M inside = lane < static_cast<A>(n);
+  const V fill = S::splat(start);
+  V m[G];
+  M nan = {};
+  for (int g = 0; g < G; ++g) {
+    const V v = load_first(a + g * n, n);
+    nan |= v != v;
+    m[g] = inside ? (v > fill ? v : fill) : fill;
+  }
+  using E = typename S::MaskElement;
+  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  for (int g = 0; g < G; ++g) {
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
+    maxima[g] = start < best ? best : start;
   }
   return true;
 }
@@ -204,42 +240,60 @@ A max_block(const A* a, int64_t n, A running) {
     if (a[j] != a[j]) return a[j];
 }
 
+// The largest key of n >= W halves into best, W lanes at a time in K vectors, the rest one vector at a time with the
+// last one overlapping the one before (an integer max is the same in any order and with repeats); nan is set if a
+// NaN's bits came by.
+template <int W, int K, class Key>
+[[gnu::always_inline]] inline void max_keys(const int16_t* bits, int64_t n, int16_t infinity_bits, Key key,
+                                            int16_t& best, bool& nan) {
+  using V = typename VectorOf<int16_t, 2 * W>::Type;
+  auto load = [bits](int64_t i) {
+    V v;
+    std::memcpy(&v, bits + i, sizeof v);
+    return v;
+  };
+  V m[K], nan_seen = {};
+  for (auto& v : m) v = V{} + best;
+  auto step = [&](V& running, V v) {
+    const V kv = key(v);
+    running = kv > running ? kv : running;
+    nan_seen |= (v & 0x7fff) > infinity_bits;
+  };
+  int64_t i = 0;
+  for (; i + K * W <= n; i += K * W) {
+    for (int k = 0; k < K; ++k) step(m[k], load(i + k * W));
+  }
+  for (; i < n; i += W) step(m[0], load(i + W <= n ? i : n - W));
+  for (int k = 1; k < K; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
+  best = max_of(best, fold_halves<int16_t, 2 * W>(m[0], [](auto a, auto b) { return a > b ? a : b; }));
+  nan |= fold_halves<int16_t, 2 * W>(nan_seen, [](auto a, auto b) { return a | b; }) != 0;
+}
+
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
 // integer with the same order (negative values have their magnitude bits flipped), so the max is an integer max
 // of 16 lanes per AVX2 vector (8 on SSE2, which has no float16 conversion instruction: converting in software
 // cost more than ORT's own F16C casts). NaN (magnitude above infinity's bits) returns the first NaN, converted as the
-// float path does; -0 ranks below +0, as IEEE 754's maximum has it.
+// float path does; -0 ranks below +0, as IEEE 754's maximum has it. Channels shorter than a vector take narrower
+// ones, down to 8 lanes.
 template <class T>
 T max_halves(const T* x, int64_t n) {
   constexpr int16_t kInfinityBits = std::is_same_v<T, Float16> ? 0x7c00 : 0x7f80;
-  using S = Simd<int16_t>;
-  using V = typename S::Value;
-  constexpr int N = S::kLength;
+  constexpr int N = Simd<int16_t>::kLength;
   const int16_t* bits = reinterpret_cast<const int16_t*>(x);
   auto key = [](auto v) { return v ^ ((v >> 15) & 0x7fff); };  // self-inverse
   int16_t best = std::numeric_limits<int16_t>::min();
   bool nan = false;
-  int64_t i = 0;
-  if (n >= 4 * N) {
-    V m[4], nan_seen = {};
-    for (auto& v : m) v = S::splat(best);
-    for (; i + 4 * N <= n; i += 4 * N) {
-      for (int k = 0; k < 4; ++k) {
-        const V v = S::load(bits + i + k * N);
-        const V kv = key(v);
-        m[k] = kv > m[k] ? kv : m[k];
-        nan_seen |= (v & 0x7fff) > kInfinityBits;
-      }
+  if (n >= N) {
+    max_keys<N, 4>(bits, n, kInfinityBits, key, best, nan);
+  } else if (N > 16 && n >= 16) {
+    max_keys<N / 2, 1>(bits, n, kInfinityBits, key, best, nan);
+  } else if (N > 8 && n >= 8) {
+    max_keys<8, 1>(bits, n, kInfinityBits, key, best, nan);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      best = max_of(best, static_cast<int16_t>(key(bits[i])));
+      nan |= (bits[i] & 0x7fff) > kInfinityBits;
     }
-    for (int k = 1; k < 4; ++k) m[0] = m[k] > m[0] ? m[k] : m[0];
-    for (int l = 0; l < N; ++l) {
-      best = max_of(best, static_cast<int16_t>(m[0][l]));
-      nan |= nan_seen[l] != 0;
-    }
-  }
-  for (; i < n; ++i) {
-    best = max_of(best, static_cast<int16_t>(key(bits[i])));
-    nan |= (bits[i] & 0x7fff) > kInfinityBits;
   }
   if (nan) {
     for (int64_t j = 0; j < n; ++j) {
@@ -314,6 +368,22 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   using A = AccOf<T>;
   const T* x = static_cast<const T*>(xv);
   T* y = static_cast<T*>(yv);
+  if constexpr (!std::is_same_v<T, A> && R != Reduction::Max) {
+    // Channels of 16-bit floats shorter than a streamed float channel: converted to float a block of channels at a
+    // time (channels lie back to back), then pooled as float, which sums the same values in the same order (one
+    // block, one channel at a time) and rounds the float result to T as from_acc does.
+    if (size * static_cast<int64_t>(sizeof(A)) < kStreamMinBytes) {
+      A converted[kBlock], pooled[kBlock];
+      const int64_t per_block = kBlock / size;
+      for (int64_t c = 0; c < channels; c += per_block) {
+        const int64_t count = min_of(per_block, channels - c);
+        convert_block(x + c * size, converted, count * size);
+        global_pool<A, R>(converted, pooled, count, size, lp);
+        store_block(pooled, y + c, count);
+      }
+      return;
+    }
+  }
   A buffer[kBlock];
   constexpr int G = kStreamsOf<T, R>;
   auto one_channel = [&](int64_t c) {
@@ -399,6 +469,72 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     }
     y[c] = from_acc<T>(result);
   };
+  if constexpr (std::is_same_v<T, A>) {
+    // Short channels (one block each, below the streamed length), in one loop with nothing per channel but
+    // one_channel's own arithmetic for them; a channel whose sum is not finite or not trusted goes to one_channel.
+    // (Means of channels from 2 kLanes elements on measured slower this way on avx2 and SSE2 than in one_channel.)
+    const bool short_channels = size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes;
+    static_assert(kStreamMinBytes / sizeof(T) <= kBlock, "a short channel is one block");
+    if (R == Reduction::Average && size < 2 * kLanes<A>) {
+      for (int64_t c = 0; c < channels; ++c) {
+        double total = 0;
+        total += short_sum(x + c * size, size, Identity{});
+        if (std::isfinite(total)) y[c] = from_acc<T>(total / static_cast<double>(size));
+        else one_channel(c);
+      }
+      return;
+    }
+    if (R == Reduction::Max && short_channels) {
+      // kShortMaxGroup channels of at least a vector side by side, each exactly as max_block takes it (the same
+      // K = 4 vectors per channel): a short channel's few loads and its fold are a chain of dependent steps, and
+      // independent channels fill the gaps of each other's chains
+      constexpr A kStart = -std::numeric_limits<A>::infinity();
+      auto scanned = [&](int64_t channel) { return from_acc<T>(max_block(x + channel * size, size, kStart)); };
+      int64_t c = 0;
+      if (size == 1) {  // max(-inf, v) is v itself, NaN and -inf included
+        std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
+        return;
+      }
+      if (size < Simd<A>::kLength) {
+        for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
+          A maxima[kShortMaxGroup];
+          if (max_short_vectors<kShortMaxGroup>(x + c * size, size, kStart, maxima)) {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
+          } else {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
+          }
+        }
+      } else if (size * static_cast<int64_t>(sizeof(A)) <= kShortMaxGroupBytes) {
+        for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
+          A maxima[kShortMaxGroup];
+          if (max_streams<kShortMaxGroup, 4>(x + c * size, size, size, kStart, maxima)) {
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
+          } else {  // a NaN among them: each channel alone finds its first
+            for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
+          }
+        }
+      }
+      for (; c < channels; ++c) y[c] = scanned(c);
+      return;
+    }
+    if (R == Reduction::Lp && short_channels && !needs_scaled_lp(lp)) {
+      with_power(lp, [&](auto power) {
+        const int64_t first = min_of(int64_t{kLanes<A>}, size);  // the probe, as one_channel takes it
+        for (int64_t c = 0; c < channels; ++c) {
+          const T* xc = x + c * size;
+          double total = 0, rest = 0;
+          total += mapped_sum_block(xc, first, power);
+          if (lp_sum_trusted<A>(total)) {
+            if (first < size) rest += mapped_sum_block(xc + first, size - first, power);
+            total += rest;
+          }
+          if (lp_sum_trusted<A>(total)) y[c] = from_acc<T>(root_for(power, total));
+          else one_channel(c);
+        }
+      });
+      return;
+    }
+  }
   int64_t c = 0;
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
