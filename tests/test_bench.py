@@ -176,6 +176,22 @@ def test_in_process_modes(tmp_path, mode, columns, kernel_column):
     assert kernel_ran_everywhere(got, rows, kernel_column or "lib kernel ran")
 
 
+def test_routes_mode(tmp_path):
+    """--routes: from onnxruntime 1.24 each row ran the library's kernel through both routes with the same output;
+    below 1.24 the section says why it did not run."""
+    import onnxruntime as ort
+
+    code, out, err = bench(tmp_path, "--routes", "--threads", "1")
+    assert code == 0, err
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
+        assert "needs onnxruntime >= 1.24" in out
+        return
+    columns, rows = tables(out)[0]
+    assert columns[:4] == ["case", "threads", "custom-op ms", "ep ms"]
+    assert kernel_ran_everywhere(columns, rows, "kernel ran")
+    assert rows and all(row[columns.index("same output")] == "yes" for row in rows)
+
+
 def test_qlinear_times_with_baseline(tmp_path):
     """--qlinear-times with --baseline: the other build's session in the same process, run alternately."""
     code, out, err = bench(tmp_path, "--qlinear-times", "--threads", "1", "--baseline", onnx_pools.get_library_path())

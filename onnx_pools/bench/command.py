@@ -14,6 +14,7 @@ Modes (one or several; none: the default table):
   --in-cache       the global pools on 4 MB inputs (cache-resident), library vs PyTorch vs OpenVINO
   --small-planes   planes 1x1..17x17, C = 1024 and 32, global pools and LpPool 3x3, float32 and float16: the
                    library on every ISA vs stock ONNX Runtime and PyTorch
+  --routes         the custom-op route vs the plugin-EP route, node for node (onnxruntime >= 1.24)
   --all            every mode above in turn
 Every mode takes --small (tiny shapes, few rounds: a smoke test, not a measurement). ORT runs: intra_op_num_threads
 = t, inter_op_num_threads = 1, sequential execution, IOBinding with pre-created OrtValues. Time = median of the
@@ -51,6 +52,7 @@ MODES = (
     "qlinear_times",
     "in_cache",
     "small_planes",
+    "routes",
 )
 TITLES = {
     "table": "Single-node models: the library vs stock ONNX Runtime, PyTorch and OpenVINO",
@@ -62,6 +64,7 @@ TITLES = {
     "qlinear_times": "QLinearAveragePool per configuration",
     "in_cache": "Cache-resident inputs (4 MB): the library vs PyTorch and OpenVINO",
     "small_planes": "Small planes (1x1 to 17x17): the library vs stock ONNX Runtime and PyTorch",
+    "routes": "Single-node models: the custom-op route vs the plugin-EP route",
 }
 
 
@@ -80,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     modes.add_argument("--qlinear-times", action="store_true", help="QLinearAveragePool per configuration")
     modes.add_argument("--in-cache", action="store_true", help="global pools on cache-resident 4 MB inputs")
     modes.add_argument("--small-planes", action="store_true", help="planes 1x1..17x17 vs stock and PyTorch")
+    modes.add_argument("--routes", action="store_true", help="custom-op route vs plugin-EP route, node for node")
     modes.add_argument("--all", action="store_true", help="every mode, the table first")
     ap.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
     ap.add_argument("--quick", action="store_true", help="fewer runs (about 0.2 s per measurement; 8 model rounds)")
@@ -253,6 +257,22 @@ def _small_planes(run: _Run) -> None:
     run.section("small_planes", md, ok)
 
 
+def _routes(run: _Run) -> None:
+    import onnxruntime as ort
+
+    from onnx_pools.bench.routes import ROUNDS, routes_table
+    from onnx_pools.ep import EP_MIN_ORT_VERSION
+
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < EP_MIN_ORT_VERSION:
+        run.section(
+            "routes", f"not run: the plugin-EP route needs onnxruntime >= 1.24 (this is {ort.__version__})\n", True
+        )
+        return
+    subs = [c.strip() for c in run.args.cases.split(",") if c.strip()] if run.args.cases else None
+    rounds = 2 if run.args.small else 8 if run.args.quick else ROUNDS
+    run.section("routes", *routes_table(run.threads, rounds, run.args.small, subs))
+
+
 RUNNERS: dict[str, Callable[[_Run], None]] = {
     "table": _table,
     "scaling": _scaling,
@@ -263,6 +283,7 @@ RUNNERS: dict[str, Callable[[_Run], None]] = {
     "qlinear_times": _qlinear_times,
     "in_cache": _in_cache,
     "small_planes": _small_planes,
+    "routes": _routes,
 }
 
 
