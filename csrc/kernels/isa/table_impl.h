@@ -21,18 +21,13 @@
 #include "kernels/global/global_pools.h"
 #include "kernels/kernels.h"
 #include "kernels/lp/lp_pool.h"
+#include "kernels/qlinear/qlinear_pool.h"
 
 #define ONNX_POOLS_STR2(x) #x
 #define ONNX_POOLS_STR(x) ONNX_POOLS_STR2(x)
 
 namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
-namespace {
-// TEMPORARY, until kernels/qlinear/ opens the per-ISA namespace itself as the other kernel headers do
-// (kernels/common/per_isa.h): its headers are included inside it and rely on the includes above.
-#include "kernels/qlinear/qlinear_pool.h"
-}  // namespace
-
 namespace {
 
 template <class T>

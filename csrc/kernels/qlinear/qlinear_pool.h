@@ -1,18 +1,23 @@
 // QLinearAveragePool: window sums by the path the geometry suits, requantised by the rule of requantise.h.
-// Part of the per-ISA kernels: included by table_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}, so
-// everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
 #include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
 #include "kernels/common/windows.h"
 #include "kernels/kernels.h"
-#include "kernels/qlinear/nhwc3x3.h"
-#include "kernels/qlinear/plane3x3.h"
 #include "kernels/qlinear/requantise.h"
+#include "kernels/qlinear/rows3x3.h"
 #include "kernels/qlinear/windows.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // Offsets of several arrays in one scratch block, each aligned to 8 bytes whatever the arrays before it hold.
 struct ScratchLayout {
@@ -406,12 +411,8 @@ constexpr int64_t kWholePlaneLimit = 1 << 16;
 template <class Q>
 void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                       const QLinearParams& q) {
-  if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
-    Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
-    return;
-  }
-  if (Nhwc3x3Pool<Q>::applies(g, channels)) {  // the same windows over NHWC images: one pass per image row
-    Nhwc3x3Pool<Q>(g, q, channels, units).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+  if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
+    Rows3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
   // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
@@ -446,3 +447,7 @@ void qlinear_nhwc(const void* x, void* y, int64_t images, int64_t channels, cons
                   const QLinearParams& q) {
   qlinear_dispatch<Q>(x, y, images, channels, g, q);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

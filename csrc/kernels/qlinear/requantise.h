@@ -2,8 +2,7 @@
 // decides the rounding, except within kTieBand of a tie, where ONNX Runtime's own float evaluation decides; the
 // vectorised float pass (RequantiseLanes) that finds the few values needing either; the Requantiser that applies
 // the rule to runs of window sums.
-// Part of the per-ISA kernels: included inside namespace onnx_pools::ONNX_POOLS_ISA::{anon} (table_impl.h), so
-// everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
 #include <cmath>
@@ -12,12 +11,18 @@
 #include <limits>
 #include <type_traits>
 #if defined(__AVX2__)
-#include <immintrin.h>  // (table_impl.h includes it first, outside the namespace)
+#include <immintrin.h>
 #endif
 
+#include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
 #include "kernels/common/windows.h"
 #include "kernels/kernels.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // The requantisation's constants, named once (qlinear_plane3x3.h's vector pass uses them too).
 // (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
@@ -485,10 +490,17 @@ struct Requantiser {
     scale = static_cast<Scale>(window_scale(valid));
   }
 
-  // The exact value (double, clamped) of a window sum over `valid` input elements.
-  double exact(I sum, int64_t valid) const {
-    return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * window_scale(valid) +
-                       y_zero);
+  // The exact value (double, clamped) of a window sum over `valid` input elements, or of its difference from
+  // the window's zero sum.
+  double exact(I sum, int64_t valid) const { return exact_of_difference(static_cast<int64_t>(sum) - x_zero_point * valid, valid); }
+  double exact_of_difference(int64_t difference, int64_t valid) const {
+    return clamp_to<Q>(static_cast<double>(difference) * window_scale(valid) + y_zero);
+  }
+
+  // The rule for one marked value: the exact value, rounded, where it decides, else `ort` (ORT's value, rounded).
+  int32_t settled(int64_t difference, int64_t valid, int32_t ort) const {
+    Q y;
+    return exact_decides(exact_of_difference(difference, valid), y) ? y : ort;
   }
 
   // Settles the marked values of one position of `channels` values whose windows hold `valid` input elements,
@@ -722,3 +734,7 @@ struct Requantiser {
     return ties;
   }
 };
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools
