@@ -68,19 +68,6 @@ struct RequantisePattern {
   }
 };
 
-// The requantisation of n positions of `channels` values, the one sequence both paths run: the vectorised pass
-// (Requantiser::run), the exact value for the elements it marks (settle; valid_of(i): elements in position i's
-// windows), and ORT's float evaluation, by ties(), for those the exact value leaves on a tie (still marked).
-// With TieOrder::TiesSettleAll, ties() gets every marked element and settles them itself (see settle_position).
-enum class TieOrder { ExactFirst, TiesSettleAll };
-template <TieOrder kOrder = TieOrder::ExactFirst, class Q, class I, class Valid, class Ties>
-void requantise(const Requantiser<Q, I>& r, const I* sums, const RequantisePattern<Q, I>& pattern, int64_t n,
-                int64_t channels, Q* y, uint8_t* mark, Valid&& valid_of, Ties&& ties) {
-  if (!r.run(sums, pattern.zero_sum, pattern.scale, n, channels, y, mark)) return;
-  if (kOrder == TieOrder::ExactFirst && r.settle(sums, n, channels, mark, y, valid_of) == 0) return;
-  ties();
-}
-
 // 1-D and 2-D pools (NCHW planes, channels == 1, or NHWC images): window sums streamed an output row at a time
 // (scratch: a ring of kernel rows of one strip, not a plane), requantised row by row. Built once per call.
 template <class Q, class I>
@@ -109,12 +96,11 @@ class QLinearStreamPlan {
   size_t layout(ScratchBuffer* memory) {
     ScratchLayout l;
     const size_t tags_at = l.add<int64_t>(stream_tags(rc_)), scale_at = l.add<Scale>(strip_),
-                 acc_at = l.add<float>(max_of(channels_, strip_)), sums_at = l.add<I>(stream_scratch(rc_, channels_)),
+                 sums_at = l.add<I>(stream_scratch(rc_, channels_)),
                  zero_sum_at = l.add<I>(strip_), mark_at = l.add<uint8_t>(strip_ * channels_);
     if (memory) {
       tags_ = ScratchLayout::at<int64_t>(*memory, tags_at);
       pattern_.scale = ScratchLayout::at<Scale>(*memory, scale_at);
-      acc_ = ScratchLayout::at<float>(*memory, acc_at);
       sums_ = ScratchLayout::at<I>(*memory, sums_at);
       pattern_.zero_sum = ScratchLayout::at<I>(*memory, zero_sum_at);
       mark_ = ScratchLayout::at<uint8_t>(*memory, mark_at);
@@ -134,23 +120,11 @@ class QLinearStreamPlan {
       pattern_.ensure(requantiser_, rc_.cols, rows_valid * (rc_.cols.out + 1) + begin, rows_valid, begin, n, 1);
       Q* out = yu + (oh * rc_.cols.out + begin) * channels_;
       auto valid_of = [&](int64_t j) { return rows_valid * rc_.cols.valid_count(begin + j); };
-      if constexpr (Requantiser<Q, I>::kFloat) {
-        if (channels_ > 1) {
-          // NHWC: each marked window's exact and ORT values across its channels at once; with equal scales the
-          // edge windows of 4 or 6 elements put a sixth of their values on exact ties, in every row
-          requantise<TieOrder::TiesSettleAll>(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of, [&] {
-            for (int64_t j = 0; j < n; ++j) {
-              const uint8_t* mj = mark_ + j * channels_;
-              if (!any_marked(mj, channels_)) continue;
-              ort_channel_outputs_2d(xu, rc_, channels_, oh, begin + j, q_, g_.kernel_size, acc_);
-              requantiser_.settle_position(sums + j * channels_, channels_, valid_of(j), acc_, mj, out + j * channels_);
-            }
-          });
-          return true;
-        }
+      if (requantiser_.run(sums, pattern_.zero_sum, pattern_.scale, n, channels_, out, mark_)) {
+        settle_marked(requantiser_, sums, n, channels_, mark_, out, valid_of, [&](int64_t j, int64_t c) {
+          return ort_output_2d(xu, rc_, channels_, c, oh, begin + j, q_, g_.kernel_size);
+        });
       }
-      requantise(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of,
-                 [&] { ort_tie_outputs_2d(xu, rc_, channels_, oh, begin, n, q_, g_.kernel_size, mark_, out, acc_); });
       return true;
     };
     stream_window_sums(rc_, channels_, sums_, tags_, load, finish);
@@ -165,7 +139,6 @@ class QLinearStreamPlan {
   const int64_t row_length_;  // values of one input row
   ScratchBuffer memory_;
   int64_t* tags_ = nullptr;  // stream_window_sums' ring tags
-  float* acc_ = nullptr;     // ort_tie_outputs_2d's scratch
   I* sums_ = nullptr;        // stream_window_sums' scratch
   uint8_t* mark_ = nullptr;  // marks of a row (see Requantiser::run)
   RequantisePattern<Q, I> pattern_;
@@ -261,14 +234,13 @@ class QLinearPlan {
     ScratchLayout l;
     const size_t index_at = l.add<int64_t>(static_cast<int64_t>(kVisitScratch * rank_)),
                  lead_at = l.add<int64_t>(rows_), scales_at = l.add<Scale>(block_positions + out_last_),
-                 acc_at = l.add<float>(max_of(channels_, out_last_)), plane_at = l.add<I>(widened),
+                 plane_at = l.add<I>(widened),
                  step_sums_at = l.add<I>(direct_sums), buf_a_at = l.add<I>(sums_scratch),
                  buf_b_at = l.add<I>(sums_scratch), zero_sums_at = l.add<I>(block_positions + out_last_),
                  mark_at = l.add<uint8_t>(block_rows_ * row_size_);
     if (memory) {
       index_ = ScratchLayout::at<int64_t>(*memory, index_at);
       row_lead_valid_ = ScratchLayout::at<int64_t>(*memory, lead_at);
-      acc_ = ScratchLayout::at<float>(*memory, acc_at);
       plane_ = ScratchLayout::at<I>(*memory, plane_at);
       step_sums_ = ScratchLayout::at<I>(*memory, step_sums_at);
       buf_a_ = ScratchLayout::at<I>(*memory, buf_a_at);
@@ -312,59 +284,13 @@ class QLinearPlan {
     auto valid_of = [&](int64_t i) {
       return row_lead_valid_[(row + i / out_last_) % rows_] * last_.valid_count(i % out_last_);
     };
-    if constexpr (Requantiser<Q, I>::kFloat) {
-      if (channels_ == 1 && rank_ <= 2) {  // NCHW planes: settled and tied in one pass, row by row
-        requantise<TieOrder::TiesSettleAll>(requantiser_, s, pattern, n_rows * out_last_, 1, yb, mark_, valid_of,
-                                            [&] { settle_plane_rows(xu, yb, s, row, n_rows); });
-        return;
-      }
-    }
-    requantise(requantiser_, s, pattern, n_rows * out_last_, channels_, yb, mark_, valid_of,
-               [&] { ort_ties(xu, yb, row, n_rows); });
-  }
-
-  // The marked elements of output rows [row, row + n_rows) of 1-D/2-D planes: the exact value where it decides,
-  // ORT's float value where it lies on a tie (as settle() then ort_ties(), without a division per element: with
-  // equal scales a sixth of the edge windows are ties, in every row).
-  void settle_plane_rows(const Q* xu, Q* yb, const I* sums, int64_t row, int64_t n_rows) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const uint8_t* mr = mark_ + i * out_last_;
-      if (!any_marked(mr, out_last_)) continue;
-      const int64_t r = row + i, plane_row = r % rows_;
-      const Q* x_plane = xu + (r / rows_) * g_.in_size;
-      const int64_t lead_valid = row_lead_valid_[plane_row];
-      const I* sr = sums + i * out_last_;
-      Q* yr = yb + i * out_last_;
-      for_each_marked(mr, out_last_, [&](int64_t j) {
-        // with marks_are_ties every mark is a tie: no exact value needed
-        if (requantiser_.marks_are_ties ||
-            !exact_decides(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)), yr[j])) {
-          yr[j] =
-              to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)));
-        }
-      });
-    }
-  }
-
-  // ORT's float evaluation of the elements still marked in output rows [row, row + n_rows) of this step.
-  void ort_ties(const Q* xu, Q* yb, int64_t row, int64_t n_rows) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const int64_t r = row + i;  // the step's row: its unit, and the unit's row
-      const Q* x_unit = xu + (r / rows_) * g_.in_size * channels_;
-      uint8_t* mr = mark_ + i * row_size_;
-      Q* yr = yb + i * row_size_;
-      if (rank_ <= 2) {
-        if (any_marked(mr, row_size_)) {
-          ort_tie_outputs_2d(x_unit, rc_, channels_, r % rows_, 0, out_last_, q_, g_.kernel_size, mr, yr, acc_);
-        }
-        continue;
-      }
-      for_each_marked(mr, row_size_, [&](int64_t e) {
-        const int64_t out_index = (r % rows_) * out_last_ + e / channels_;
-        const double value = ort_float_value(x_unit, g_, channels_, e % channels_, out_index, q_, index_);
-        yr[e] = to_quantized<Q>(clamp_to<Q>(value));
-      });
-    }
+    if (!requantiser_.run(s, pattern.zero_sum, pattern.scale, n_rows * out_last_, channels_, yb, mark_)) return;
+    settle_marked(requantiser_, s, n_rows * out_last_, channels_, mark_, yb, valid_of, [&](int64_t i, int64_t c) {
+      const int64_t r = row + i / out_last_, unit = r / rows_, out_row = r % rows_, column = i % out_last_;
+      const Q* x_unit = xu + unit * g_.in_size * channels_;
+      if (rank_ <= 2) return ort_output_2d(x_unit, rc_, channels_, c, out_row, column, q_, g_.kernel_size);
+      return ort_output(x_unit, g_, channels_, c, out_row * out_last_ + column, q_, index_);
+    });
   }
 
   const PoolGeometry& g_;
@@ -380,11 +306,10 @@ class QLinearPlan {
   const int64_t step_units_;  // units whose sums are taken per step
   const int64_t block_rows_;  // output rows requantised per pass, at most
   const Requantiser<Q, I> requantiser_;
-  const RowsAndColumns rc_;  // rank <= 2: for ort_tie_outputs_2d
+  const RowsAndColumns rc_;  // rank <= 2: for ort_output_2d
   ScratchBuffer memory_;
   int64_t* index_ = nullptr;           // visit_window's scratch
   int64_t* row_lead_valid_ = nullptr;  // per output row of a unit: in-bounds count over the leading axes
-  float* acc_ = nullptr;               // ort_tie_outputs_2d's scratch
   I* plane_ = nullptr;                 // an NCHW plane widened to I
   I* step_sums_ = nullptr;             // the direct path's sums of a step, then its scratch
   I* buf_a_ = nullptr;                 // the separable passes' two buffers

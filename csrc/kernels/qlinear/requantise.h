@@ -24,7 +24,7 @@ namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
 
-// The requantisation's constants, named once (qlinear_plane3x3.h's vector pass uses them too).
+// The requantisation's constants.
 // (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
 constexpr double kRoundMagicDouble = 6755399441055744.0;
 constexpr float kRoundMagicFloat = 12582912.0f;
@@ -41,21 +41,6 @@ inline float ort_dequantised(Q v, const QLinearParams& q) {
 // ... and a window's float sum of those divided by the count, then by y_scale, plus y_zero_point (before rounding).
 inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
   return sum / static_cast<float>(count) / q.y_scale + static_cast<float>(q.y_zero_point);
-}
-
-// y + y_zero_point before rounding, computed as ONNX Runtime's own kernel does: dequantise each element in float,
-// add them in row-major window order, divide by the count, divide by y_scale. Used only for values within
-// rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the useful answer.
-template <class Q>
-double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
-                       const QLinearParams& q, int64_t* index) {
-  float sum = 0;
-  int64_t valid = 0;
-  visit_window(g, out_index, index, [&](int64_t offset) {
-    sum += ort_dequantised(x[offset * channels + c], q);
-    ++valid;
-  });
-  return ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q);
 }
 
 // Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
@@ -76,14 +61,29 @@ inline Q to_quantized(double clamped) {
   return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
 }
 
-// The rounding rule for one value, the one place every scalar path decides it: the exact value (clamped) sets y,
-// except within kTieBand of a tie, where ORT's float evaluation must (returns false: the caller writes ORT's value,
-// at once or batched). RequantiseLanes::resolved is the same rule on vector lanes.
+// The rounding rule for one value: the exact value (clamped) sets y, except within kTieBand of a tie, where ORT's
+// float evaluation must (returns false).
 template <class Q>
 inline bool exact_decides(double exact, Q& y) {
   if (near_tie(exact)) return false;
   y = to_quantized<Q>(exact);
   return true;
+}
+
+// ORT's output, computed as ONNX Runtime's own kernel does: dequantise each element in float, add them in
+// row-major window order, divide by the count, divide by y_scale, add y_zero_point; clamped and rounded. Used only
+// for values within rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the
+// useful answer.
+template <class Q>
+int32_t ort_output(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
+                       const QLinearParams& q, int64_t* index) {
+  float sum = 0;
+  int64_t valid = 0;
+  visit_window(g, out_index, index, [&](int64_t offset) {
+    sum += ort_dequantised(x[offset * channels + c], q);
+    ++valid;
+  });
+  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q)));
 }
 
 // Whether any of n marks is set, eight bytes at a time (a library call per window costs more than the test).
@@ -97,18 +97,6 @@ inline bool any_marked(const uint8_t* mark, int64_t n) {
   }
   for (; i < n; ++i) any |= mark[i];
   return any != 0;
-}
-
-// How many of n marks (0 or 1 each) are set, eight at a time.
-inline int64_t count_marked(const uint8_t* mark, int64_t n) {
-  int64_t count = 0, i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, mark + i, sizeof word);
-    count += __builtin_popcountll(word);
-  }
-  for (; i < n; ++i) count += mark[i];
-  return count;
 }
 
 // Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time: a loop turn
@@ -139,11 +127,10 @@ inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
   return valid;
 }
 
-// ORT's float value (as ort_float_value) of one window of a 1-D or 2-D plane, without the generic window walk:
-// the tie path runs for a few percent of all outputs when scales are equal (edge windows of 4 or 6 elements land
-// exactly on .5), so it must cost about as much as the window itself.
+// ort_output of one window of a 1-D or 2-D plane, without the generic window walk: with equal scales the edge
+// windows of 4 or 6 elements land exactly on .5, a few percent of all outputs.
 template <class Q>
-double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
+int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
                           const QLinearParams& q, int64_t kernel_size) {
   int64_t r_lo, r_hi, k_lo, k_hi;
   p.rows.valid_range(oh, r_lo, r_hi);
@@ -157,91 +144,7 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
     }
   }
   const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  return ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q);
-}
-
-// A float value clamped to Q's range and rounded half to even, still as a float: to_quantized(clamp_to(value)) in
-// float (the same result: the value and its bounds are exact in both), so that loops over channels vectorise.
-template <class Q>
-inline float rounded_output(float value) {
-  constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
-  constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-  constexpr float magic = kRoundMagicFloat;
-  value = qmin > value ? qmin : value;
-  value = qmax < value ? qmax : value;
-  return (value + magic) - magic;
-}
-
-// ORT's outputs (as ort_float_value_2d, rounded by rounded_output) of all `channels` values of the window at
-// output row oh, column col, into out: vectorised across the channels, divisions included.
-template <class Q>
-void ort_channel_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t col,
-                            const QLinearParams& q_in, int64_t kernel_size, float* out) {
-  const QLinearParams q = q_in;  // a local copy: the stores to out cannot alias it, so the loops vectorise
-  int64_t r_lo, r_hi, k_lo, k_hi;
-  p.rows.valid_range(oh, r_lo, r_hi);
-  p.cols.valid_range(col, k_lo, k_hi);
-  fill(out, channels, 0.0f);
-  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = col * p.cols.stride - p.cols.pad_begin;
-  for (int64_t r = r_lo; r < r_hi; ++r) {
-    const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels;
-    for (int64_t k = k_lo; k < k_hi; ++k) {
-      const Q* xk = xr + k * p.cols.dilation * channels;
-      for (int64_t c = 0; c < channels; ++c) out[c] += ort_dequantised(xk[c], q);
-    }
-  }
-  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  const int64_t count = q.count_include_pad ? kernel_size : valid;
-  for (int64_t c = 0; c < channels; ++c) out[c] = rounded_output<Q>(ort_requantised(out[c], count, q));
-}
-
-// Outputs of the marked elements of output row oh, columns [begin, begin + n) with `channels` interleaved,
-// evaluated as ort_float_value_2d does but vectorised: across the channels of a window (NHWC), or across the row
-// (one plane): with equal scales whole edge rows land on ties, and one window at a time would cost several times
-// the row's fast path. Each value adds the same terms in the same order as ort_float_value_2d. acc: scratch for
-// max(channels, n) floats.
-template <class Q>
-void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t begin, int64_t n,
-                        const QLinearParams& q_in, int64_t kernel_size, const uint8_t* mark, Q* y, float* acc) {
-  const QLinearParams q = q_in;  // a local copy: the stores to acc cannot alias it, so the loops vectorise
-  int64_t r_lo, r_hi;
-  p.rows.valid_range(oh, r_lo, r_hi);
-  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin;
-  auto count_of = [&](int64_t valid) { return q.count_include_pad ? kernel_size : valid; };
-  auto output = [](float value) { return to_quantized<Q>(clamp_to<Q>(static_cast<double>(value))); };
-  const AxisGeometry& cols = p.cols;
-  if (channels > 1) {
-    for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* mj = mark + j * channels;
-      if (!any_marked(mj, channels)) continue;
-      ort_channel_outputs_2d(x, p, channels, oh, begin + j, q, kernel_size, acc);
-      Q* yj = y + j * channels;
-      for (int64_t c = 0; c < channels; ++c) yj[c] = mj[c] ? static_cast<Q>(static_cast<int32_t>(acc[c])) : yj[c];
-    }
-    return;
-  }
-  if (count_marked(mark, n) <= 4 || cols.kernel > cols.in) {  // a few windows (the edge columns): one at a time
-    for_each_marked(mark, n, [&](int64_t j) {
-      y[j] = to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x, p, 1, 0, oh, begin + j, q, kernel_size)));
-    });
-    return;
-  }
-  fill(acc, n, 0.0f);
-  for (int64_t r = r_lo; r < r_hi; ++r) {
-    const Q* xr = x + (row0 + r * p.rows.dilation) * cols.in;
-    for (int64_t k = 0; k < cols.kernel; ++k) {
-      // the columns j of [begin, begin + n) whose window's k-th element lies inside the row
-      const int64_t offset = k * cols.dilation - cols.pad_begin;
-      const int64_t j_lo = max_of(begin, offset >= 0 ? 0 : (-offset + cols.stride - 1) / cols.stride);
-      const int64_t j_hi = min_of(begin + n, offset >= cols.in ? 0 : (cols.in - 1 - offset) / cols.stride + 1);
-      for (int64_t j = j_lo; j < j_hi; ++j) {
-        acc[j - begin] += ort_dequantised(xr[j * cols.stride + offset], q);
-      }
-    }
-  }
-  for_each_marked(mark, n, [&](int64_t j) {
-    y[j] = output(ort_requantised(acc[j], count_of((r_hi - r_lo) * cols.valid_count(begin + j)), q));
-  });
+  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q)));
 }
 
 // The vectors of the requantisation's float pass, written once on GCC's vector extensions for every path (the
@@ -261,15 +164,11 @@ struct RequantiseLanes {
   typedef Q Bytes __attribute__((vector_size(kLength)));
   typedef Q WideBytes __attribute__((vector_size(kLength * 2)));
   // unaligned views, for loads and stores of whole vectors
-  typedef Ints IntsAt __attribute__((aligned(1), may_alias));
   typedef Floats FloatsAt __attribute__((aligned(1), may_alias));
   typedef Shorts ShortsAt __attribute__((aligned(1), may_alias));
 
-  static Ints ints_at(const int32_t* p) { return *reinterpret_cast<const IntsAt*>(p); }
   static Floats floats_at(const float* p) { return *reinterpret_cast<const FloatsAt*>(p); }
   static Shorts shorts_at(const int16_t* p) { return *reinterpret_cast<const ShortsAt*>(p); }
-  static void store(int32_t* p, Ints v) { *reinterpret_cast<IntsAt*>(p) = v; }
-  static void store(float* p, Floats v) { *reinterpret_cast<FloatsAt*>(p) = v; }
   static void store(int16_t* p, Shorts v) { *reinterpret_cast<ShortsAt*>(p) = v; }
   static Ints iota() {
     Ints v;
@@ -348,7 +247,6 @@ struct RequantiseLanes {
     return __builtin_convertvector(s, Ints);
 #endif
   }
-  static Ints ints_of_shorts(const int16_t* p) { return ints_of(half_shorts_at(p)); }
 
   // value clamped to Q's range (as clamp_to; the value is never NaN), by maxps / minps where there are (GCC's
   // selects for the generic form compare and blend)
@@ -384,12 +282,6 @@ struct RequantiseLanes {
     const Floats off = value - __builtin_convertvector(whole, Floats);
     marked = Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand);
     return whole;
-  }
-
-  // The rounding rule on each lane (as exact_decides): a marked lane takes the exact value, or ORT's where that
-  // lies on a tie (tie: all ones); an unmarked lane keeps the float pass's value (rounded).
-  static Ints resolved(Ints marks, Ints tie, Ints ort, Ints exact, Ints rounded) {
-    return select(marks, select(tie, ort, exact), rounded);
   }
 
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
@@ -490,35 +382,18 @@ struct Requantiser {
     scale = static_cast<Scale>(window_scale(valid));
   }
 
-  // The exact value (double, clamped) of a window sum over `valid` input elements, or of its difference from
-  // the window's zero sum.
-  double exact(I sum, int64_t valid) const { return exact_of_difference(static_cast<int64_t>(sum) - x_zero_point * valid, valid); }
+  // The exact value (double, clamped) of a window over `valid` input elements whose sum less its zero sum is
+  // `difference`.
   double exact_of_difference(int64_t difference, int64_t valid) const {
     return clamp_to<Q>(static_cast<double>(difference) * window_scale(valid) + y_zero);
   }
 
-  // The rule for one marked value: the exact value, rounded, where it decides, else `ort` (ORT's value, rounded).
-  int32_t settled(int64_t difference, int64_t valid, int32_t ort) const {
+  // The rounding rule for a value the float pass marked, the one place every path settles one: the exact value
+  // where it decides, else ORT's output (ort(), only then evaluated). With marks_are_ties every mark is a tie.
+  template <class Ort>
+  int32_t settled(int64_t difference, int64_t valid, Ort&& ort) const {
     Q y;
-    return exact_decides(exact_of_difference(difference, valid), y) ? y : ort;
-  }
-
-  // Settles the marked values of one position of `channels` values whose windows hold `valid` input elements,
-  // given ORT's outputs for them (ort: rounded floats): the exact value where it decides (as settle()), ORT's
-  // where it lies on a tie. Only the marked values, found eight marks at a time (a sixth of them with equal
-  // scales): across all channels, the mixed int16/double/byte loop stayed scalar and branchy on SSE2.
-  void settle_position(const I* sums, int64_t channels, int64_t valid, const float* ort, const uint8_t* mark,
-                       Q* y) const {
-    if (marks_are_ties) {  // ORT's value for every mark: a select across the channels, no branch per mark
-      for (int64_t c = 0; c < channels; ++c) y[c] = mark[c] ? static_cast<Q>(static_cast<int32_t>(ort[c])) : y[c];
-      return;
-    }
-    const int64_t zero = x_zero_point * valid;
-    const double scale = window_scale(valid);
-    for_each_marked(mark, channels, [&](int64_t c) {
-      const double v = clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sums[c]) - zero) * scale + y_zero);
-      if (!exact_decides(v, y[c])) y[c] = static_cast<Q>(static_cast<int32_t>(ort[c]));
-    });
+    return !marks_are_ties && exact_decides(exact_of_difference(difference, valid), y) ? y : ort();
   }
 
   // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
@@ -707,33 +582,28 @@ struct Requantiser {
     }
     return any;
   }
-
-  // Settles the marked elements the exact value decides (writes y, clears the mark) and returns how many stay
-  // marked: those within the tie band, left for ORT's float evaluation. n positions of `channels` values;
-  // valid_of(i): elements in position i's windows. Position by position, so no division per element.
-  template <class Valid>
-  int64_t settle(const I* sums, int64_t n, int64_t channels, uint8_t* mark, Q* y, Valid&& valid_of) const {
-    int64_t ties = 0;
-    auto one = [&](int64_t e, int64_t valid) {
-      if (exact_decides(exact(sums[e], valid), y[e])) {
-        mark[e] = 0;
-      } else {
-        ++ties;
-      }
-    };
-    if (channels == 1) {
-      for_each_marked(mark, n, [&](int64_t i) { one(i, valid_of(i)); });
-      return ties;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t at = i * channels;
-      if (!any_marked(mark + at, channels)) continue;
-      const int64_t valid = valid_of(i);
-      for_each_marked(mark + at, channels, [&](int64_t c) { one(at + c, valid); });
-    }
-    return ties;
-  }
 };
+
+// The float pass's marked values of n positions of `channels` values (mark: see Requantiser::run) settled by
+// Requantiser::settled: valid_of(i), the elements of position i's windows; ort(i, c), ORT's output.
+template <class Q, class I, class Valid, class Ort>
+void settle_marked(const Requantiser<Q, I>& r, const I* sums, int64_t n, int64_t channels, const uint8_t* mark, Q* y,
+                   Valid&& valid_of, Ort&& ort) {
+  auto one = [&](int64_t i, int64_t c, int64_t valid) {
+    const int64_t e = i * channels + c;
+    y[e] = static_cast<Q>(r.settled(static_cast<int64_t>(sums[e]) - r.x_zero_point * valid, valid,
+                                    [&] { return ort(i, c); }));
+  };
+  if (channels == 1) {
+    for_each_marked(mark, n, [&](int64_t i) { one(i, 0, valid_of(i)); });
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!any_marked(mark + i * channels, channels)) continue;
+    const int64_t valid = valid_of(i);
+    for_each_marked(mark + i * channels, channels, [&](int64_t c) { one(i, c, valid); });
+  }
+}
 
 }  // namespace
 }  // namespace ONNX_POOLS_ISA

@@ -74,7 +74,8 @@ class Rows3x3Pool {
         n_(w_ * channels),
         stride_(n_ + 2 * d_),
         column_sums_(static_cast<size_t>(2 * stride_)),
-        floats_(static_cast<size_t>(4 * stride_)) {
+        floats_(static_cast<size_t>(4 * stride_)),
+        edges_(static_cast<size_t>(12 * (d_ + kLength))) {
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
     const MarkTable& can_mark = mark_table();
@@ -89,6 +90,16 @@ class Rows3x3Pool {
       middle_[rows] = kind[rows][3];
       // the columns an edge vector's lanes can have: 1 in an input of one column, else 2, and 3 from the third
       edge_[rows] = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
+      // the edge vectors' lanes: the first d + kLength values and the last (see edge_lanes)
+      for (int side = 0; side < 2; ++side) {
+        for (int64_t k = 0; k < d_ + kLength; ++k) {
+          const int64_t at = side == 0 ? k : n_ - d_ - kLength + k;
+          if (at < 0 || at >= n_) continue;
+          const int cols = 1 + (at >= d_) + (at < n_ - d_);
+          edge_lanes(rows, side, 0)[k] = scale_[rows][cols];
+          edge_lanes(rows, side, 1)[k] = static_cast<float>(q.count_include_pad ? 9 : rows * cols);
+        }
+      }
     }
   }
 
@@ -139,7 +150,7 @@ class Rows3x3Pool {
           kWhole || edge >= Ties::Frequent ? dequantised_rows(x, r, kRows, kWhole) : nullptr;
       auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) __attribute__((always_inline)) {
         const float* const* f = kWhole ? rows_f : dequantised_rows(x, r, kRows, true);
-        return settled(f, i, rows_valid, Ints{} + 3, difference, marks, rounded);
+        return settled(f, i, rows_valid, difference, marks, rounded);
       };
       int64_t i = 0;
       for (; i < d_; i += kLength) edge_vector(x, r, kRows, sums, min_of(i, n - kLength), edge, rows_f, yr);
@@ -182,30 +193,33 @@ class Rows3x3Pool {
   }
 
   // The kLength values from i of row r, some of them among the first or last d (windows of fewer columns): each
-  // lane's window scale and count by its columns. rows_f: the dequantised rows where `ties` needs them throughout.
-  void edge_vector(const Q* x, int64_t r, WindowRows kind, const int16_t* sums, int64_t i, Ties ties,
-                   const float* const* rows_f, Q* yr) {
+  // lane's window scale and ORT's divisor from edge_lanes. rows_f: the dequantised rows where `ties` needs them
+  // throughout.
+  __attribute__((always_inline)) void edge_vector(const Q* x, int64_t r, WindowRows kind, const int16_t* sums,
+                                                  int64_t i, Ties ties, const float* const* rows_f, Q* yr) {
     const int rows_valid = row_count(kind);
-    Ints at;
-    for (int k = 0; k < kLength; ++k) at[k] = static_cast<int32_t>(i + k);
-    const Ints left_in = at >= static_cast<int32_t>(d_), right_in = at < static_cast<int32_t>(n_ - d_);
-    const Ints columns = Ints{} + 1 - left_in - right_in;
+    const int side = i < d_ ? 0 : 1;
+    const int64_t k = side == 0 ? i : i - (n_ - d_ - kLength);
     Ints out;
     if (ties == Ties::OrtOnly) {
-      out = ort_values(rows_f, i, count_of(rows_valid, columns));
+      out = ort_values(rows_f, i, Lanes::floats_at(edge_lanes(rows_valid, side, 1) + k));
     } else {
-      const Floats scale = Lanes::select(left_in & right_in, Floats{} + scale_[rows_valid][3],
-                                         Lanes::select(left_in | right_in, Floats{} + scale_[rows_valid][2],
-                                                       Floats{} + scale_[rows_valid][1]));
       const Ints difference = window_sums8(sums, i);
       Ints marked;
-      out = Lanes::requantised(difference, scale, Floats{} + static_cast<float>(requantiser_.y_zero), marked);
+      out = Lanes::requantised(difference, Lanes::floats_at(edge_lanes(rows_valid, side, 0) + k),
+                               Floats{} + static_cast<float>(requantiser_.y_zero), marked);
       if (ties == Ties::Frequent || (ties == Ties::Rare && Lanes::any(marked))) {
         const float* const* f = rows_f ? rows_f : dequantised_rows(x, r, kind, true);
-        out = settled(f, i, rows_valid, columns, difference, marked, out);
+        out = settled(f, i, rows_valid, difference, marked, out);
       }
     }
     Lanes::narrow_one(out, yr + i);
+  }
+
+  // Per row kind and side (the first d + kLength values, or the last), the lanes' float window scales (what 0) or
+  // ORT's divisors (what 1).
+  float* edge_lanes(int rows_valid, int side, int what) {
+    return edges_.data() + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
   }
 
   // ORT's divisor per lane: 9 with count_include_pad, else the window's elements.
@@ -213,14 +227,16 @@ class Rows3x3Pool {
     return q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
   }
 
-  // The rounding rule on the marked lanes of the windows of values [i, i + kLength) (difference: their sums less
-  // their zero sums; columns: their columns in the input): settle_lanes with ORT's float values of the windows.
-  __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints columns,
-                                         Ints difference, Ints marks, Ints rounded) const {
+  // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength) (difference: their sums
+  // less their zero sums), with ORT's float values of the windows.
+  __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
+                                         Ints marks, Ints rounded) const {
+    const Ints at = Lanes::iota() + static_cast<int32_t>(i);
+    const Ints columns = Ints{} + 1 - (at >= static_cast<int32_t>(d_)) - (at < static_cast<int32_t>(n_ - d_));
     const Ints ort = ort_values(rows_f, i, count_of(rows_valid, columns));
     Ints out = rounded;
     for (int k = 0; k < kLength; ++k) {
-      if (marks[k]) out[k] = requantiser_.settled(difference[k], rows_valid * columns[k], ort[k]);
+      if (marks[k]) out[k] = requantiser_.settled(difference[k], rows_valid * columns[k], [&] { return ort[k]; });
     }
     return out;
   }
@@ -351,6 +367,7 @@ class Rows3x3Pool {
   Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
   ZeroedArray<int16_t> column_sums_;    // two rows' (see row_sums)
   ZeroedArray<float> floats_;           // three dequantised input rows (see dequantised_rows), then a row of zeros
+  ZeroedArray<float> edges_;            // see edge_lanes
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
   const float* window_rows_[3] = {};               // dequantised_rows' answer
 };
