@@ -38,11 +38,10 @@ constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == Wi
 constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
 
 // How the float pass's marks of a kind of window are handled, by what its values can be: never marked (None),
-// rarely (Rare: a vector with marks is settled), often (Frequent: with equal scales an even count puts a sixth of
-// the values on ties; every vector settled, no branch), or ORT's float value decides every value (OrtOnly: equal
-// scales where that value lies within 3e-4 of the exact one, which, not on a tie, is at least 1/18 from one).
-// Ordered: a vector mixing kinds takes the last of them.
-enum class Ties { None, Rare, Frequent, OrtOnly };
+// marked now and then (Rare: a vector with marks is settled), or often, with equal scales and an even count (a
+// sixth of the values on ties), where ORT's float value decides every value (OrtOnly: it lies within 3e-4 of the
+// exact value, which, not on a tie, is at least 1/18 from one). Ordered: a vector mixing kinds takes the last.
+enum class Ties { None, Rare, OrtOnly };
 
 template <class Q>
 class Rows3x3Pool {
@@ -84,12 +83,16 @@ class Rows3x3Pool {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
         const int64_t count = q.count_include_pad ? 9 : rows * cols;
-        kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None : ort_decides ? Ties::OrtOnly : Ties::Frequent)
+        kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None : ort_decides ? Ties::OrtOnly : Ties::Rare)
                                  : (can_mark.marks[rows * cols] ? Ties::Rare : Ties::None);
       }
       middle_[rows] = kind[rows][3];
-      // the columns an edge vector's lanes can have: 1 in an input of one column, else 2, and 3 from the third
-      edge_[rows] = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
+      // the columns an edge vector's lanes can have: 1 in an input of one column, else 2, and 3 from the third;
+      // where most of its lanes are middle ones (d < kLength: a plane's first and last vector), ORT's value only
+      // for the vectors with a mark
+      Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
+      if (edge == Ties::OrtOnly && d_ < kLength) edge = Ties::Rare;
+      edge_[rows] = max_of(edge, middle_[rows]);  // so that a Rare or OrtOnly middle implies the same edges
       // the edge vectors' lanes: the first d + kLength values and the last (see edge_lanes)
       for (int side = 0; side < 2; ++side) {
         for (int64_t k = 0; k < d_ + kLength; ++k) {
@@ -121,23 +124,30 @@ class Rows3x3Pool {
 
   template <WindowRows kRows>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
-    switch (middle_[row_count(kRows)]) {
-      case Ties::None: return rows<kRows, Ties::None>(x, y, begin, end);
-      case Ties::Rare: return rows<kRows, Ties::Rare>(x, y, begin, end);
-      case Ties::Frequent: return rows<kRows, Ties::Frequent>(x, y, begin, end);
-      case Ties::OrtOnly: return rows<kRows, Ties::OrtOnly>(x, y, begin, end);
+    const Ties middle = middle_[row_count(kRows)], edge = edge_[row_count(kRows)];
+    if (middle != Ties::None) {
+      return middle == Ties::Rare ? rows<kRows, Ties::Rare, Ties::Rare>(x, y, begin, end)
+                                  : rows<kRows, Ties::OrtOnly, Ties::OrtOnly>(x, y, begin, end);
+    }
+    switch (edge) {
+      case Ties::None: return rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
+      case Ties::Rare: return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
+      case Ties::OrtOnly: return rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
     }
   }
 
   // Output rows [begin, end), which share which neighbour rows they have; kMiddle: the marks of the windows of
-  // three columns. The vectors reaching the first or last d values (windows of fewer columns) are edge_vector's.
-  template <WindowRows kRows, Ties kMiddle>
+  // three columns, kEdge: of the vectors reaching the first or last d values (windows of fewer columns), whose
+  // lanes take their scale and ORT's divisor from edge_lanes.
+  template <WindowRows kRows, Ties kMiddle, Ties kEdge>
   __attribute__((noinline)) void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
     constexpr int rows_valid = row_count(kRows);
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Floats scale = Floats{} + scale_[rows_valid][3];
-    const Ties edge = edge_[rows_valid];
-    const int64_t n = n_, middle_end = n_ - d_;
+    const Floats count = count_of(rows_valid, Ints{} + 3);
+    const int64_t n = n_, d = d_, middle_end = n_ - d_, right = n_ - d_ - kLength;
+    const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
+    const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
     if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them (store forwarding fails
@@ -145,28 +155,47 @@ class Rows3x3Pool {
       if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
       const int16_t* sums = row_sums(r);
       Q* yr = y + r * n;
-      constexpr bool kWhole = kMiddle == Ties::Frequent || kMiddle == Ties::OrtOnly;
+      // the dequantised rows where every vector (of the middle, or of the edges) needs them
       const float* const* rows_f =
-          kWhole || edge >= Ties::Frequent ? dequantised_rows(x, r, kRows, kWhole) : nullptr;
-      auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) __attribute__((always_inline)) {
-        const float* const* f = kWhole ? rows_f : dequantised_rows(x, r, kRows, true);
-        return settled(f, i, rows_valid, difference, marks, rounded);
+          kMiddle == Ties::OrtOnly || kEdge == Ties::OrtOnly
+              ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly)
+              : nullptr;
+      // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
+      auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
+        return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
+      };
+      // the kLength values from i: the float pass, or ORT's value alone
+      auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
+        Ints out;
+        if (ties == Ties::OrtOnly) {
+          out = ort_values(rows_f, i, count_i);
+        } else {
+          const Ints difference = window_sums8(sums, i);
+          Ints marked;
+          out = Lanes::requantised(difference, scale_i, zero_point, marked);
+          if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
+        }
+        Lanes::narrow_one(out, yr + i);
+      };
+      auto edge = [&](int64_t i) __attribute__((always_inline)) {
+        i = min_of(i, n - kLength);
+        const int side = i < d ? 0 : 1;
+        const int64_t k = side == 0 ? i : i - right;
+        one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
       };
       int64_t i = 0;
-      for (; i < d_; i += kLength) edge_vector(x, r, kRows, sums, min_of(i, n - kLength), edge, rows_f, yr);
+      for (; i < d; i += kLength) edge(i);
       for (; i + kStep <= middle_end; i += kStep) {
         Ints out[4];
         if constexpr (kMiddle == Ties::OrtOnly) {
-          for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count_of(rows_valid, Ints{} + 3));
+          for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
         } else {
           const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
           const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b),
                                       Lanes::high_half(b)};
           Ints marked[4];
           for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
-          if constexpr (kMiddle == Ties::Frequent) {
-            for (int v = 0; v < 4; ++v) out[v] = settle(i + v * kLength, difference[v], marked[v], out[v]);
-          } else if constexpr (kMiddle == Ties::Rare) {
+          if constexpr (kMiddle == Ties::Rare) {
             if (__builtin_expect(Lanes::any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
               for (int v = 0; v < 4; ++v) {
                 if (Lanes::any(marked[v])) out[v] = settle(i + v * kLength, difference[v], marked[v], out[v]);
@@ -176,44 +205,9 @@ class Rows3x3Pool {
         }
         Lanes::narrow(out[0], out[1], out[2], out[3], yr + i);
       }
-      for (; i + kLength <= middle_end; i += kLength) {
-        Ints out;
-        if constexpr (kMiddle == Ties::OrtOnly) {
-          out = ort_values(rows_f, i, count_of(rows_valid, Ints{} + 3));
-        } else {
-          const Ints difference = window_sums8(sums, i);
-          Ints marked;
-          out = Lanes::requantised(difference, scale, zero_point, marked);
-          if (kMiddle != Ties::None && Lanes::any(marked)) out = settle(i, difference, marked, out);
-        }
-        Lanes::narrow_one(out, yr + i);
-      }
-      for (; i < n; i += kLength) edge_vector(x, r, kRows, sums, min_of(i, n - kLength), edge, rows_f, yr);
+      for (; i + kLength <= middle_end; i += kLength) one(i, kMiddle, scale, count);
+      for (; i < n; i += kLength) edge(i);
     }
-  }
-
-  // The kLength values from i of row r, some of them among the first or last d (windows of fewer columns): each
-  // lane's window scale and ORT's divisor from edge_lanes. rows_f: the dequantised rows where `ties` needs them
-  // throughout.
-  __attribute__((always_inline)) void edge_vector(const Q* x, int64_t r, WindowRows kind, const int16_t* sums,
-                                                  int64_t i, Ties ties, const float* const* rows_f, Q* yr) {
-    const int rows_valid = row_count(kind);
-    const int side = i < d_ ? 0 : 1;
-    const int64_t k = side == 0 ? i : i - (n_ - d_ - kLength);
-    Ints out;
-    if (ties == Ties::OrtOnly) {
-      out = ort_values(rows_f, i, Lanes::floats_at(edge_lanes(rows_valid, side, 1) + k));
-    } else {
-      const Ints difference = window_sums8(sums, i);
-      Ints marked;
-      out = Lanes::requantised(difference, Lanes::floats_at(edge_lanes(rows_valid, side, 0) + k),
-                               Floats{} + static_cast<float>(requantiser_.y_zero), marked);
-      if (ties == Ties::Frequent || (ties == Ties::Rare && Lanes::any(marked))) {
-        const float* const* f = rows_f ? rows_f : dequantised_rows(x, r, kind, true);
-        out = settled(f, i, rows_valid, difference, marked, out);
-      }
-    }
-    Lanes::narrow_one(out, yr + i);
   }
 
   // Per row kind and side (the first d + kLength values, or the last), the lanes' float window scales (what 0) or
