@@ -74,7 +74,8 @@ class Rows3x3Pool {
         stride_(n_ + 2 * d_),
         column_sums_(static_cast<size_t>(2 * stride_)),
         floats_(static_cast<size_t>(4 * stride_)),
-        edges_(static_cast<size_t>(12 * (d_ + kLength))) {
+        edges_(static_cast<size_t>(12 * (d_ + kLength))),
+        columns_(static_cast<size_t>(2 * (h_ + 2 + kLength))) {
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
     const MarkTable& can_mark = mark_table();
@@ -91,7 +92,10 @@ class Rows3x3Pool {
       // where most of its lanes are middle ones (d < kLength: a plane's first and last vector), ORT's value only
       // for the vectors with a mark
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
-      if (edge == Ties::OrtOnly && d_ < kLength) edge = Ties::Rare;
+      if (edge == Ties::OrtOnly && d_ < kLength) {  // a few lanes of a vector: taken down the rows (edge_columns)
+        edge_columns_ = true;
+        edge = Ties::None;
+      }
       edge_[rows] = max_of(edge, middle_[rows]);  // so that a Rare or OrtOnly middle implies the same edges
       // the edge vectors' lanes: the first d + kLength values and the last (see edge_lanes)
       for (int side = 0; side < 2; ++side) {
@@ -115,11 +119,44 @@ class Rows3x3Pool {
     for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
     if (h_ == 1) {
       rows<WindowRows::Neither>(x, y, 0, 1);
-      return;
+    } else {
+      rows<WindowRows::BelowOnly>(x, y, 0, 1);
+      rows<WindowRows::Both>(x, y, 1, h_ - 1);
+      rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
     }
-    rows<WindowRows::BelowOnly>(x, y, 0, 1);
-    rows<WindowRows::Both>(x, y, 1, h_ - 1);
-    rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
+    if (edge_columns_) edge_columns(x, y);
+  }
+
+  // ORT's value (OrtOnly) of the windows of the first and last d values of every row where d < kLength: as few
+  // lanes of their vectors, they are taken down the rows, kLength rows at a time. Each such window has two
+  // columns (W >= 3), whose values per input row (at row + 1, 0 outside the input) are dequantised first.
+  __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
+    const int64_t h = h_, n = n_, stride = h + 2 + kLength;
+    float* left = columns_.data();
+    float* right = left + stride;
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    for (int64_t p = 0; p < 2 * d_; ++p) {
+      const int64_t at = p < d_ ? p : n - 2 * d_ + p;  // the value, and its window's left column
+      const int64_t first = p < d_ ? at : at - d_;
+      for (int64_t r = 0; r < h; ++r) {
+        left[r + 1] = ort_dequantised(x[r * n + first], q_);
+        right[r + 1] = ort_dequantised(x[r * n + first + d_], q_);
+      }
+      for (int64_t r0 = 0;; r0 += kLength) {
+        r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
+        Floats acc{};
+        for (int t = 0; t < 3; ++t) {
+          acc = acc + Lanes::floats_at(left + r0 + t);
+          acc = acc + Lanes::floats_at(right + r0 + t);
+        }
+        const Ints row = Lanes::iota() + static_cast<int32_t>(r0);
+        const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
+        const Ints out = Lanes::ort_rounded(acc, count_of(1, rows_valid * 2), y_scale, y_zero_point);
+        for (int k = 0; k < min_of<int64_t>(kLength, h - r0); ++k) y[(r0 + k) * n + at] = static_cast<Q>(out[k]);
+        if (r0 + kLength >= h) break;
+      }
+    }
   }
 
   template <WindowRows kRows>
@@ -362,6 +399,8 @@ class Rows3x3Pool {
   ZeroedArray<int16_t> column_sums_;    // two rows' (see row_sums)
   ZeroedArray<float> floats_;           // three dequantised input rows (see dequantised_rows), then a row of zeros
   ZeroedArray<float> edges_;            // see edge_lanes
+  ZeroedArray<float> columns_;          // see edge_columns
+  bool edge_columns_ = false;           // see edge_columns
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
   const float* window_rows_[3] = {};               // dequantised_rows' answer
 };
