@@ -127,26 +127,6 @@ inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
   return valid;
 }
 
-// ort_output of one window of a 1-D or 2-D plane, without the generic window walk: with equal scales the edge
-// windows of 4 or 6 elements land exactly on .5, a few percent of all outputs.
-template <class Q>
-int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
-                          const QLinearParams& q, int64_t kernel_size) {
-  int64_t r_lo, r_hi, k_lo, k_hi;
-  p.rows.valid_range(oh, r_lo, r_hi);
-  p.cols.valid_range(ow, k_lo, k_hi);
-  float sum = 0;
-  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = ow * p.cols.stride - p.cols.pad_begin;
-  for (int64_t r = r_lo; r < r_hi; ++r) {
-    const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels + c;
-    for (int64_t k = k_lo; k < k_hi; ++k) {
-      sum += ort_dequantised(xr[k * p.cols.dilation * channels], q);
-    }
-  }
-  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q)));
-}
-
 // The vectors of the requantisation's float pass, written once on GCC's vector extensions for every path (the
 // separable passes' Requantiser::span and the one-pass 3x3 kernels), with the few conversions GCC's generic code
 // does lane by lane on x86-64 (bytes widened or narrowed) done by the instruction that does them at once. The
@@ -396,30 +376,9 @@ struct Requantiser {
     return !marks_are_ties && exact_decides(exact_of_difference(difference, valid), y) ? y : ort();
   }
 
-  // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
-  template <class Flag>
-  Q element(I sum, I zero_sum, Scale scale, Flag& marked) const {
-    if constexpr (kFloat) {
-      constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
-      constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-      constexpr float magic = kRoundMagicFloat;
-      float v = static_cast<float>(static_cast<int32_t>(sum) - static_cast<int32_t>(zero_sum)) * scale +
-                static_cast<float>(y_zero);
-      v = qmin > v ? qmin : v;
-      v = qmax < v ? qmax : v;
-      const float rounded = (v + magic) - magic;
-      marked = std::fabs(v - rounded) > kMarkBand;
-      return static_cast<Q>(static_cast<int32_t>(rounded));
-    } else {
-      const double v = clamp_to<Q>(static_cast<double>(sum - zero_sum) * scale + y_zero);
-      marked = near_tie(v);
-      return to_quantized<Q>(v);
-    }
-  }
-
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
   // must settle, and returns whether there are any. int16 sums: span() over stretches of values sharing
-  // zero_sum and scale; wider sums: run_chunks().
+  // zero_sum and scale; wider sums: run_wide().
   bool run(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
            uint8_t* mark) const {
     if constexpr (kFloat) {
@@ -447,7 +406,7 @@ struct Requantiser {
       }
       return any;
     }
-    return run_chunks(sums, zero_sum, scale, n, channels, y, mark);
+    return run_wide(sums, zero_sum, scale, n, channels, y, mark);
   }
 
   // Whether no window with this scale (window_scale) can hold a value on a tie, so that the float pass marks none
@@ -459,128 +418,81 @@ struct Requantiser {
     return std::lround(1.0 / static_cast<double>(scale)) % 2 == 1;
   }
 
-  // n values, as element() computes each (the same float operations, lane by lane, 4 vectors at a time): y,
-  // and a mark (0 or 1) per value; zero_sum and scale per value (Pattern::PerValue) or one pair for all. Returns
-  // whether any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose
-  // code for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one. With Marking::Skip
-  // (values that cannot be marked, see tie_free) only the rounding: the marks are cleared.
+  // n values through the float pass (RequantiseLanes::requantised), 4 vectors at a time, the rest through a
+  // padded copy: y, and a mark (0 or 1) per value; zero_sum and scale per value (Pattern::PerValue) or one pair for
+  // all. Returns whether any value is marked. With Marking::Skip (values that cannot be marked, see tie_free) only
+  // the rounding: the marks are cleared.
   template <Pattern kPattern, Marking kMarking>
   bool span(const I* sums, const I* zero_sum, const Scale* scale, I zero_sum_all, Scale scale_all, int64_t n, Q* y,
             uint8_t* mark) const {
     static_assert(kFloat);
     using Lanes = RequantiseLanes<Q>;
-    constexpr int kLength = Lanes::kLength;
+    constexpr int kLength = Lanes::kLength, kBlock = 4 * kLength;
     using Ints = typename Lanes::Ints;
     using Floats = typename Lanes::Floats;
     typedef int16_t Shorts __attribute__((vector_size(kLength * 2)));
+    constexpr bool kPerValue = kPattern == Pattern::PerValue;
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    const Floats scale_v = Floats{} + scale_all;
-    // values [at, at + kLength): the rounded values as Ints, and the marks (all ones where marked)
-    auto lanes = [&](int64_t at, Ints& rounded_ints, Ints& marked) {
-      Shorts s;
-      std::memcpy(&s, sums + at, sizeof s);
-      Ints d = __builtin_convertvector(s, Ints);
-      Floats sc = scale_v;
-      if constexpr (kPattern == Pattern::PerValue) {
-        Shorts z;
-        std::memcpy(&z, zero_sum + at, sizeof z);
-        d -= __builtin_convertvector(z, Ints);
-        std::memcpy(&sc, scale + at, sizeof sc);
-      } else {
-        d -= static_cast<int32_t>(zero_sum_all);
-      }
-      rounded_ints = Lanes::requantised(d, sc, zero_point, marked);
-    };
     Ints any{};
+    auto block = [&](const I* s, const I* z, const Scale* sc, Q* out, uint8_t* m) {
+      Ints rounded[4], marked[4];
+      for (int v = 0; v < 4; ++v) {
+        Shorts sv;
+        std::memcpy(&sv, s + v * kLength, sizeof sv);
+        Ints difference = __builtin_convertvector(sv, Ints) - static_cast<int32_t>(zero_sum_all);
+        Floats scale_v = Floats{} + scale_all;
+        if constexpr (kPerValue) {
+          Shorts zv;
+          std::memcpy(&zv, z + v * kLength, sizeof zv);
+          difference -= __builtin_convertvector(zv, Ints);
+          std::memcpy(&scale_v, sc + v * kLength, sizeof scale_v);
+        }
+        rounded[v] = Lanes::requantised(difference, scale_v, zero_point, marked[v]);
+      }
+      Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], out);
+      if constexpr (kMarking == Marking::Gather) {
+        any |= (marked[0] | marked[1]) | (marked[2] | marked[3]);
+        Lanes::narrow(marked[0] & 1, marked[1] & 1, marked[2] & 1, marked[3] & 1, m);
+      }
+    };
     int64_t i = 0;
-    if constexpr (kMarking == Marking::Skip) {
-      for (; i + 4 * kLength <= n; i += 4 * kLength) {
-        Ints r0, r1, r2, r3, m;
-        lanes(i, r0, m);
-        lanes(i + kLength, r1, m);
-        lanes(i + 2 * kLength, r2, m);
-        lanes(i + 3 * kLength, r3, m);
-        Lanes::narrow(r0, r1, r2, r3, y + i);
+    for (; i + kBlock <= n; i += kBlock) {
+      block(sums + i, kPerValue ? zero_sum + i : nullptr, kPerValue ? scale + i : nullptr, y + i, mark + i);
+    }
+    if (i < n) {  // padded with values of difference 0 (y_zero_point, never marked)
+      const size_t rest = static_cast<size_t>(n - i);
+      I s[kBlock], z[kBlock] = {};
+      Scale sc[kBlock] = {};
+      Q out[kBlock];
+      uint8_t m[kBlock];
+      fill(s, kBlock, zero_sum_all);
+      std::memcpy(s, sums + i, rest * sizeof(I));
+      if constexpr (kPerValue) {
+        std::memcpy(z, zero_sum + i, rest * sizeof(I));
+        std::memcpy(sc, scale + i, rest * sizeof(Scale));
       }
-      for (; i < n; ++i) {
-        uint8_t unused;
-        y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
-                       kPattern == Pattern::PerValue ? scale[i] : scale_all, unused);
-      }
-      std::memset(mark, 0, static_cast<size_t>(n));
-      return false;
+      block(s, z, sc, out, m);
+      std::memcpy(y + i, out, rest);
+      if constexpr (kMarking == Marking::Gather) std::memcpy(mark + i, m, rest);
     }
-    for (; i + 4 * kLength <= n; i += 4 * kLength) {
-      Ints r0, r1, r2, r3, m0, m1, m2, m3;
-      lanes(i, r0, m0);
-      lanes(i + kLength, r1, m1);
-      lanes(i + 2 * kLength, r2, m2);
-      lanes(i + 3 * kLength, r3, m3);
-      Lanes::narrow(r0, r1, r2, r3, y + i);
-      const Ints m = (m0 | m1) | (m2 | m3);
-      any |= m;
-      Lanes::narrow(m0 & 1, m1 & 1, m2 & 1, m3 & 1, mark + i);
-    }
-    int32_t flags = 0;
-    for (int k = 0; k < kLength; ++k) flags |= any[k];
-    for (; i < n; ++i) {
-      y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
-                     kPattern == Pattern::PerValue ? scale[i] : scale_all, mark[i]);
-      flags |= mark[i];
-    }
-    return flags != 0;
+    if constexpr (kMarking == Marking::Skip) std::memset(mark, 0, static_cast<size_t>(n));
+    return Lanes::any(any);
   }
 
-  // run() for int32/int64 sums (double arithmetic), in chunks: while chunks carry no marks, the vectorised loop
-  // keeps only a flag in int32 lanes and a flagged chunk gets its
-  // marks from a second loop; after a flagged chunk the next chunk stores its marks directly.
-  bool run_chunks(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
-                  uint8_t* mark) const {
-    bool any = false, last_flagged = false;
-    // elements [begin, end) of a stretch sharing zero_sum_of / scale_of (per element, or one position's)
-    auto chunk = [&](const I* s, auto&& zero_sum_of, auto&& scale_of, Q* out, uint8_t* m, int64_t begin, int64_t end) {
-      if (last_flagged) {
-        uint8_t flags = 0;
-        for (int64_t i = begin; i < end; ++i) {
-          out[i] = element(s[i], zero_sum_of(i), scale_of(i), m[i]);
-          flags |= m[i];
-        }
-        last_flagged = flags != 0;
-      } else {
-        int32_t flags = 0;
-        for (int64_t i = begin; i < end; ++i) {
-          int32_t f;
-          out[i] = element(s[i], zero_sum_of(i), scale_of(i), f);
-          flags |= f;
-        }
-        last_flagged = flags != 0;
-        if (last_flagged) {
-          for (int64_t i = begin; i < end; ++i) element(s[i], zero_sum_of(i), scale_of(i), m[i]);
-        } else {
-          std::memset(m + begin, 0, static_cast<size_t>(end - begin));
-        }
-      }
-      any |= last_flagged;
-    };
-    constexpr int64_t kChunk = 64;
-    if (channels == 1) {
-      auto zs = [&](int64_t i) { return zero_sum[i]; };
-      auto sc = [&](int64_t i) { return scale[i]; };
-      for (int64_t begin = 0; begin < n; begin += kChunk)
-        chunk(sums, zs, sc, y, mark, begin, min_of(n, begin + kChunk));
-      return any;
-    }
+  // run() for int32/int64 sums, in double: each value as the exact value, marked where near_tie.
+  bool run_wide(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
+                uint8_t* mark) const {
+    int32_t any = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const I zs = zero_sum[i];
-      const Scale sc = scale[i];
-      const int64_t at = i * channels;
-      for (int64_t begin = 0; begin < channels; begin += kChunk) {
-        chunk(
-            sums + at, [&](int64_t) { return zs; }, [&](int64_t) { return sc; }, y + at, mark + at, begin,
-            min_of(channels, begin + kChunk));
+      for (int64_t e = i * channels; e < (i + 1) * channels; ++e) {
+        const double v = clamp_to<Q>(static_cast<double>(sums[e] - zero_sum[i]) * scale[i] + y_zero);
+        const int32_t marked = near_tie(v);
+        y[e] = to_quantized<Q>(v);
+        mark[e] = static_cast<uint8_t>(marked);
+        any |= marked;
       }
     }
-    return any;
+    return any != 0;
   }
 };
 
