@@ -95,12 +95,10 @@ class QLinearStreamPlan {
   // Lays out the scratch; with `memory`, also points the arrays into it. Returns the bytes it needs.
   size_t layout(ScratchBuffer* memory) {
     ScratchLayout l;
-    const size_t index_at = l.add<int64_t>(static_cast<int64_t>(kVisitScratch * g_.axes.size())),
-                 tags_at = l.add<int64_t>(stream_tags(rc_)), scale_at = l.add<Scale>(strip_),
+    const size_t tags_at = l.add<int64_t>(stream_tags(rc_)), scale_at = l.add<Scale>(strip_),
                  sums_at = l.add<I>(stream_scratch(rc_, channels_)),
                  zero_sum_at = l.add<I>(strip_), mark_at = l.add<uint8_t>(strip_ * channels_);
     if (memory) {
-      index_ = ScratchLayout::at<int64_t>(*memory, index_at);
       tags_ = ScratchLayout::at<int64_t>(*memory, tags_at);
       pattern_.scale = ScratchLayout::at<Scale>(*memory, scale_at);
       sums_ = ScratchLayout::at<I>(*memory, sums_at);
@@ -124,7 +122,7 @@ class QLinearStreamPlan {
       auto valid_of = [&](int64_t j) { return rows_valid * rc_.cols.valid_count(begin + j); };
       if (requantiser_.run(sums, pattern_.zero_sum, pattern_.scale, n, channels_, out, mark_)) {
         settle_marked(requantiser_, sums, n, channels_, mark_, out, valid_of, [&](int64_t j, int64_t c) {
-          return ort_output(xu, g_, channels_, c, oh * rc_.cols.out + begin + j, q_, index_);
+          return ort_output_2d(xu, rc_, channels_, c, oh, begin + j, q_, g_.kernel_size);
         });
       }
       return true;
@@ -140,8 +138,7 @@ class QLinearStreamPlan {
   const int64_t strip_;       // output columns whose sums are built at a time
   const int64_t row_length_;  // values of one input row
   ScratchBuffer memory_;
-  int64_t* index_ = nullptr;  // visit_window's scratch
-  int64_t* tags_ = nullptr;   // stream_window_sums' ring tags
+  int64_t* tags_ = nullptr;  // stream_window_sums' ring tags
   I* sums_ = nullptr;        // stream_window_sums' scratch
   uint8_t* mark_ = nullptr;  // marks of a row (see Requantiser::run)
   RequantisePattern<Q, I> pattern_;
@@ -186,6 +183,7 @@ class QLinearPlan {
         block_rows_(direct_ ? step_units_ * rows_
                             : max_of<int64_t>(1, min_of<int64_t>(step_units_ * rows_, kRequantiseBlock / row_size_))),
         requantiser_(q, g.kernel_size),
+        rc_(rank_ <= 2 ? rows_and_columns(g) : RowsAndColumns{}),
         memory_(layout(nullptr)) {
     layout(&memory_);
     for (int64_t r = 0; r < rows_; ++r) row_lead_valid_[r] = lead_valid_count(g, r);
@@ -289,8 +287,9 @@ class QLinearPlan {
     if (!requantiser_.run(s, pattern.zero_sum, pattern.scale, n_rows * out_last_, channels_, yb, mark_)) return;
     settle_marked(requantiser_, s, n_rows * out_last_, channels_, mark_, yb, valid_of, [&](int64_t i, int64_t c) {
       const int64_t r = row + i / out_last_;
-      return ort_output(xu + (r / rows_) * g_.in_size * channels_, g_, channels_, c,
-                        (r % rows_) * out_last_ + i % out_last_, q_, index_);
+      const Q* x_unit = xu + (r / rows_) * g_.in_size * channels_;
+      if (rank_ <= 2) return ort_output_2d(x_unit, rc_, channels_, c, r % rows_, i % out_last_, q_, g_.kernel_size);
+      return ort_output(x_unit, g_, channels_, c, (r % rows_) * out_last_ + i % out_last_, q_, index_);
     });
   }
 
@@ -307,6 +306,7 @@ class QLinearPlan {
   const int64_t step_units_;  // units whose sums are taken per step
   const int64_t block_rows_;  // output rows requantised per pass, at most
   const Requantiser<Q, I> requantiser_;
+  const RowsAndColumns rc_;  // rank <= 2: for ort_output_2d
   ScratchBuffer memory_;
   int64_t* index_ = nullptr;           // visit_window's scratch
   int64_t* row_lead_valid_ = nullptr;  // per output row of a unit: in-bounds count over the leading axes
