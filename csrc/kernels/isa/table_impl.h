@@ -49,7 +49,7 @@ const KernelTable& table() {
 #define ONNX_POOLS_FILL_FLOAT(e, T, A, onnx, name) fill_float_type<T>(k, FloatType::e);
 #define ONNX_POOLS_FILL_QUANT(e, T, onnx, name)                      \
   k.qlinear_nchw[static_cast<int>(QuantType::e)] = &qlinear_nchw<T>; \
-  k.qlinear_nhwc[static_cast<int>(QuantType::e)] = &qlinear_nhwc<T>;
+  k.qlinear_nhwc[static_cast<int>(QuantType::e)] = &qlinear_pool<T>;
     ONNX_POOLS_FLOAT_TYPES(ONNX_POOLS_FILL_FLOAT)
     ONNX_POOLS_QUANT_TYPES(ONNX_POOLS_FILL_QUANT)
 #undef ONNX_POOLS_FILL_FLOAT

@@ -19,24 +19,20 @@ namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
 
-// Offsets of several arrays in one scratch block, each aligned to 8 bytes whatever the arrays before it hold.
-struct ScratchLayout {
+// Arrays carved one after another from one scratch block, each 8-byte aligned; without a block, only counted.
+struct Carve {
+  char* base;
   size_t bytes = 0;
   template <class T>
-  size_t add(int64_t n) {
-    const size_t at = bytes;
+  T* take(int64_t n) {
+    T* at = base ? reinterpret_cast<T*>(base + bytes) : nullptr;
     bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
     return at;
   }
-  template <class T>
-  static T* at(ScratchBuffer& memory, size_t offset) {
-    return reinterpret_cast<T*>(memory.as<char>() + offset);
-  }
 };
 
-// Per output position of a block of output rows: Requantiser::pattern's zero_sum and scale. Output rows whose
-// windows have the same element counts share one, so it is rebuilt only when the block's kind changes (the edge
-// rows); `key` says which kind it holds.
+// Per output position of a block of output rows: Requantiser::pattern's zero_sum and scale, rebuilt only when
+// the block's kind (`key`: its rows' element counts) changes.
 template <class Q, class I>
 struct RequantisePattern {
   using Scale = typename Requantiser<Q, I>::Scale;
@@ -45,8 +41,7 @@ struct RequantisePattern {
   int64_t key = -1;  // what the rows were made for (caller-defined; -1: nothing yet)
   int64_t rows = 0;  // rows filled
 
-  // Row `at` for the output columns [first, first + n) of a row whose windows hold lead_valid elements over the
-  // axes before the last.
+  // Row `at` for the output columns [first, first + n), windows of lead_valid elements over the axes but the last.
   void fill_row(const Requantiser<Q, I>& r, const AxisGeometry& last, int64_t lead_valid, int64_t first, int64_t n,
                 int64_t at = 0) {
     for (int64_t j = 0; j < n; ++j) {
@@ -84,7 +79,7 @@ class QLinearStreamPlan {
         strip_(min_of(rc_.cols.out, kStripColumns)),
         row_length_(rc_.cols.in * channels),
         memory_(layout(nullptr)) {
-    layout(&memory_);
+    layout(memory_.as<char>());
   }
 
   void run(const Q* x, Q* y, int64_t units) {
@@ -92,20 +87,15 @@ class QLinearStreamPlan {
   }
 
  private:
-  // Lays out the scratch; with `memory`, also points the arrays into it. Returns the bytes it needs.
-  size_t layout(ScratchBuffer* memory) {
-    ScratchLayout l;
-    const size_t tags_at = l.add<int64_t>(stream_tags(rc_)), scale_at = l.add<Scale>(strip_),
-                 sums_at = l.add<I>(stream_scratch(rc_, channels_)),
-                 zero_sum_at = l.add<I>(strip_), mark_at = l.add<uint8_t>(strip_ * channels_);
-    if (memory) {
-      tags_ = ScratchLayout::at<int64_t>(*memory, tags_at);
-      pattern_.scale = ScratchLayout::at<Scale>(*memory, scale_at);
-      sums_ = ScratchLayout::at<I>(*memory, sums_at);
-      pattern_.zero_sum = ScratchLayout::at<I>(*memory, zero_sum_at);
-      mark_ = ScratchLayout::at<uint8_t>(*memory, mark_at);
-    }
-    return l.bytes;
+  // Points the arrays into the scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    Carve c{base};
+    tags_ = c.take<int64_t>(stream_tags(rc_));
+    pattern_.scale = c.take<Scale>(strip_);
+    sums_ = c.take<I>(stream_scratch(rc_, channels_));
+    pattern_.zero_sum = c.take<I>(strip_);
+    mark_ = c.take<uint8_t>(strip_ * channels_);
+    return c.bytes;
   }
 
   void unit(const Q* xu, Q* yu) {
@@ -144,19 +134,17 @@ class QLinearStreamPlan {
   RequantisePattern<Q, I> pattern_;
 };
 
-// Whether qlinear_pool takes the summed-area path: NCHW 2-D planes with short output rows and no dilation.
+// Whether QLinearPlan takes the summed-area path: NCHW 2-D planes with short output rows and no dilation.
 inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
   return channels == 1 && g.axes.size() == 2 && g.axes[1].out < kDirectColumns && g.axes[0].dilation == 1 &&
          g.axes[1].dilation == 1;
 }
 
-// Output values qlinear_pool requantises per pass: many times the vector loop's step, while the sums, scales and
-// marks of one pass (about 15 bytes per value) stay in L1.
+// Output values requantised per pass: many vector steps, while the pass's sums, scales and marks stay in L1.
 constexpr int64_t kRequantiseBlock = 4096;
 
 // Whole-unit pools (any rank; NCHW planes that fit in cache, NHWC images of rank 3): window sums of a step of
-// units by the separable passes (or summed areas for small 2-D planes), then requantised in blocks of output rows.
-// Built once per call: the sizes the geometry gives, the scratch layout, the requantisation patterns.
+// units by the separable passes (or summed areas), then requantised in blocks of output rows. Built once per call.
 template <class Q, class I>
 class QLinearPlan {
  public:
@@ -171,21 +159,18 @@ class QLinearPlan {
         out_last_(last_.out),
         row_size_(out_last_ * channels),
         rows_(g.out_size / out_last_),
-        // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
-        // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that
-        // the requantisation still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
+        // summed-area sums of several short-rowed planes per step: long stretches to requantise (2x2 over 7x7)
         direct_(summed_area_planes(g, channels)),
         flat_(channels == 1 && !direct_ && flat_plane_sums_apply(g)),
         step_units_(direct_ ? max_of<int64_t>(1, min_of<int64_t>(units, kRequantiseBlock / g.out_size)) : 1),
-        // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one
-        // flat block of up to ~kRequantiseBlock values: one row alone is often shorter than the vectorised loop's
-        // step. (The direct path's whole step is one such block, its pattern built once in the constructor.)
+        // rows of the same element counts requantised as one block of up to ~kRequantiseBlock values (one row is
+        // often shorter than the vector loop's step); the direct path's whole step is one block
         block_rows_(direct_ ? step_units_ * rows_
                             : max_of<int64_t>(1, min_of<int64_t>(step_units_ * rows_, kRequantiseBlock / row_size_))),
         requantiser_(q, g.kernel_size),
         rc_(rank_ <= 2 ? rows_and_columns(g) : RowsAndColumns{}),
         memory_(layout(nullptr)) {
-    layout(&memory_);
+    layout(memory_.as<char>());
     for (int64_t r = 0; r < rows_; ++r) row_lead_valid_[r] = lead_valid_count(g, r);
     if (direct_) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
       for (int64_t r = 0; r < rows_; ++r) bulk_.fill_row(requantiser_, last_, row_lead_valid_[r], 0, out_last_, r);
@@ -224,36 +209,25 @@ class QLinearPlan {
   }
 
  private:
-  // Lays out the scratch; with `memory`, also points the arrays into it. Returns the bytes it needs.
-  size_t layout(ScratchBuffer* memory) {
-    const int64_t block_positions = block_rows_ * out_last_;
-    const int64_t sums_scratch = g_.largest_intermediate * channels_;  // checked by the op
-    const int64_t widened = channels_ == 1 && !direct_ && !flat_ ? g_.in_size : 0;
-    const int64_t direct_sums =
-        direct_ ? step_units_ * g_.out_size + (last_.in + 1) + (g_.axes[0].in + 1) * out_last_ : 0;
-    ScratchLayout l;
-    const size_t index_at = l.add<int64_t>(static_cast<int64_t>(kVisitScratch * rank_)),
-                 lead_at = l.add<int64_t>(rows_), scales_at = l.add<Scale>(block_positions + out_last_),
-                 plane_at = l.add<I>(widened),
-                 step_sums_at = l.add<I>(direct_sums), buf_a_at = l.add<I>(sums_scratch),
-                 buf_b_at = l.add<I>(sums_scratch), zero_sums_at = l.add<I>(block_positions + out_last_),
-                 mark_at = l.add<uint8_t>(block_rows_ * row_size_);
-    if (memory) {
-      index_ = ScratchLayout::at<int64_t>(*memory, index_at);
-      row_lead_valid_ = ScratchLayout::at<int64_t>(*memory, lead_at);
-      plane_ = ScratchLayout::at<I>(*memory, plane_at);
-      step_sums_ = ScratchLayout::at<I>(*memory, step_sums_at);
-      buf_a_ = ScratchLayout::at<I>(*memory, buf_a_at);
-      buf_b_ = ScratchLayout::at<I>(*memory, buf_b_at);
-      mark_ = ScratchLayout::at<uint8_t>(*memory, mark_at);
-      Scale* scales = ScratchLayout::at<Scale>(*memory, scales_at);
-      I* zero_sums = ScratchLayout::at<I>(*memory, zero_sums_at);
-      bulk_.zero_sum = zero_sums;
-      bulk_.scale = scales;
-      edge_.zero_sum = zero_sums + block_positions;
-      edge_.scale = scales + block_positions;
+  // Points the arrays into the scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    const int64_t block_positions = block_rows_ * out_last_ + out_last_;  // bulk_'s, then edge_'s one row
+    const int64_t sums_scratch = g_.largest_intermediate * channels_;     // checked by the op
+    Carve c{base};
+    index_ = c.take<int64_t>(static_cast<int64_t>(kVisitScratch * rank_));
+    row_lead_valid_ = c.take<int64_t>(rows_);
+    bulk_.scale = c.take<Scale>(block_positions);
+    plane_ = c.take<I>(channels_ == 1 && !direct_ && !flat_ ? g_.in_size : 0);
+    step_sums_ = c.take<I>(direct_ ? step_units_ * g_.out_size + (last_.in + 1) + (g_.axes[0].in + 1) * out_last_ : 0);
+    buf_a_ = c.take<I>(sums_scratch);
+    buf_b_ = c.take<I>(sums_scratch);
+    bulk_.zero_sum = c.take<I>(block_positions);
+    mark_ = c.take<uint8_t>(block_rows_ * row_size_);
+    if (base) {
+      edge_.scale = bulk_.scale + block_rows_ * out_last_;
+      edge_.zero_sum = bulk_.zero_sum + block_rows_ * out_last_;
     }
-    return l.bytes;
+    return c.bytes;
   }
 
   // The window sums of n_units units from xu: [unit][output position][channel].
@@ -308,29 +282,28 @@ class QLinearPlan {
   const Requantiser<Q, I> requantiser_;
   const RowsAndColumns rc_;  // rank <= 2: for ort_output_2d
   ScratchBuffer memory_;
-  int64_t* index_ = nullptr;           // visit_window's scratch
-  int64_t* row_lead_valid_ = nullptr;  // per output row of a unit: in-bounds count over the leading axes
-  I* plane_ = nullptr;                 // an NCHW plane widened to I
-  I* step_sums_ = nullptr;             // the direct path's sums of a step, then its scratch
-  I* buf_a_ = nullptr;                 // the separable passes' two buffers
-  I* buf_b_ = nullptr;
-  uint8_t* mark_ = nullptr;  // marks of a block (see Requantiser::run)
+  int64_t* index_ = nullptr;               // visit_window's scratch
+  int64_t* row_lead_valid_ = nullptr;      // per output row of a unit: in-bounds count over the leading axes
+  I* plane_ = nullptr;                     // an NCHW plane widened to I
+  I* step_sums_ = nullptr;                 // the direct path's sums of a step, then its scratch
+  I *buf_a_ = nullptr, *buf_b_ = nullptr;  // the separable passes' two buffers
+  uint8_t* mark_ = nullptr;                // marks of a block (see Requantiser::run)
   RequantisePattern<Q, I> bulk_, edge_;
 };
 
 // Elements of an NCHW plane up to which it is pooled whole (4 bytes of scratch per element: 256 KiB, in L2).
 constexpr int64_t kWholePlaneLimit = 1 << 16;
 
+// `units` NCHW planes (channels == 1) or NHWC images of `channels` interleaved values.
 template <class Q>
-void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
-                      const QLinearParams& q) {
+void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
+                  const QLinearParams& q) {
   if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
     Rows3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
-  // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
-  // scratch bounded by kWholePlaneLimit), small ones its summed-area path; larger planes and NHWC images are
-  // streamed.
+  // NCHW planes that fit in cache take QLinearPlan's whole-plane passes (longer loops than rows), small ones its
+  // summed-area path; larger planes and NHWC images are streamed.
   const bool streamed =
       g.axes.size() <= 2 && !summed_area_planes(g, channels) && !(channels == 1 && g.in_size <= kWholePlaneLimit);
   auto run = [&](auto sum_type) {  // the integer type of the window sums
@@ -352,13 +325,7 @@ void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, c
 
 template <class Q>
 void qlinear_nchw(const void* x, void* y, int64_t planes, int64_t, const PoolGeometry& g, const QLinearParams& q) {
-  qlinear_dispatch<Q>(x, y, planes, 1, g, q);
-}
-
-template <class Q>
-void qlinear_nhwc(const void* x, void* y, int64_t images, int64_t channels, const PoolGeometry& g,
-                  const QLinearParams& q) {
-  qlinear_dispatch<Q>(x, y, images, channels, g, q);
+  qlinear_pool<Q>(x, y, planes, 1, g, q);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
-// QLinearAveragePool's rounding rule, written once: the exact value (integer window sums, requantised in double)
-// decides the rounding, except within kTieBand of a tie, where ONNX Runtime's own float evaluation decides; the
-// vectorised float pass (RequantiseLanes) that finds the few values needing either; the Requantiser that applies
-// the rule to runs of window sums.
+// QLinearAveragePool's rounding rule: the exact value (integer window sums, requantised in double) decides the
+// rounding, except within kTieBand of a tie, where ONNX Runtime's own float evaluation decides (settled); the
+// float pass on vectors that finds the few values needing either (RequantiseLanes); the Requantiser.
 // A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
@@ -14,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/common/byte_lanes.h"
 #include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
 #include "kernels/common/window_geometry.h"
@@ -33,12 +33,12 @@ constexpr float kMarkBand = 0.5f - 2e-4f;  // the float pass marks above this (a
 
 inline double round_half_even(double v) { return (v + kRoundMagicDouble) - kRoundMagicDouble; }
 
-// ONNX Runtime's own float arithmetic, written once: each element dequantised in float, ...
+// ONNX Runtime's own float arithmetic: each element dequantised in float, and a window's float sum of those divided
+// by the count, then by y_scale, plus y_zero_point (before rounding).
 template <class Q>
 inline float ort_dequantised(Q v, const QLinearParams& q) {
   return q.x_scale * static_cast<float>(static_cast<int32_t>(v) - q.x_zero_point);
 }
-// ... and a window's float sum of those divided by the count, then by y_scale, plus y_zero_point (before rounding).
 inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
   return sum / static_cast<float>(count) / q.y_scale + static_cast<float>(q.y_zero_point);
 }
@@ -52,8 +52,7 @@ inline double clamp_to(double v) {
   return v > qmax ? qmax : v;
 }
 
-// A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding; such
-// elements are recomputed as ORT does. (Tested as |v - round(v)| because floor() blocks vectorisation.)
+// A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding.
 inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > kTieBand; }
 
 template <class Q>
@@ -70,13 +69,11 @@ inline bool exact_decides(double exact, Q& y) {
   return true;
 }
 
-// ORT's output, computed as ONNX Runtime's own kernel does: dequantise each element in float, add them in
-// row-major window order, divide by the count, divide by y_scale, add y_zero_point; clamped and rounded. Used only
-// for values within rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the
-// useful answer.
+// ORT's output, computed as ONNX Runtime's kernel does (ort_dequantised, added in row-major window order, then
+// ort_requantised), clamped and rounded: the answer where the exact value lies on a tie.
 template <class Q>
 int32_t ort_output(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
-                       const QLinearParams& q, int64_t* index) {
+                   const QLinearParams& q, int64_t* index) {
   float sum = 0;
   int64_t valid = 0;
   visit_window(g, out_index, index, [&](int64_t offset) {
@@ -86,21 +83,8 @@ int32_t ort_output(const Q* x, const PoolGeometry& g, int64_t channels, int64_t 
   return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q)));
 }
 
-// Whether any of n marks is set, eight bytes at a time (a library call per window costs more than the test).
-inline bool any_marked(const uint8_t* mark, int64_t n) {
-  uint64_t any = 0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, mark + i, sizeof word);
-    any |= word;
-  }
-  for (; i < n; ++i) any |= mark[i];
-  return any != 0;
-}
-
-// Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time: a loop turn
-// per marked element (its lowest set bit) instead of a branch per mark, which mispredicted on every tie.
+// Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time (a branch per
+// mark mispredicted on every tie).
 template <class F>
 void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
   int64_t i = 0;
@@ -145,109 +129,14 @@ int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int
   return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q)));
 }
 
-// The vectors of the requantisation's float pass, written once on GCC's vector extensions for every path (the
-// separable passes' Requantiser::span and the one-pass 3x3 kernels), with the few conversions GCC's generic code
-// does lane by lane on x86-64 (bytes widened or narrowed) done by the instruction that does them at once. The
-// AVX-512 build uses the AVX2 width: the same, tested, code.
+// The vectors of the requantisation's float pass (kernels/common/byte_lanes.h's lanes of bytes widened to int32
+// and float), for every path: Requantiser::span and the 3x3 rows.
 template <class Q>
-struct RequantiseLanes {
-#if defined(__AVX2__)
-  static constexpr int kLength = 8;
-#else
-  static constexpr int kLength = 4;
-#endif
-  typedef int32_t Ints __attribute__((vector_size(kLength * 4)));
-  typedef float Floats __attribute__((vector_size(kLength * 4)));
-  typedef int16_t Shorts __attribute__((vector_size(kLength * 4)));  // twice the lanes, as wide as Ints
-  typedef Q Bytes __attribute__((vector_size(kLength)));
-  typedef Q WideBytes __attribute__((vector_size(kLength * 2)));
-  // unaligned views, for loads and stores of whole vectors
-  typedef Floats FloatsAt __attribute__((aligned(1), may_alias));
-  typedef Shorts ShortsAt __attribute__((aligned(1), may_alias));
+struct RequantiseLanes : ByteLanes<Q> {
+  using Ints = typename ByteLanes<Q>::Ints;
+  using Floats = typename ByteLanes<Q>::Floats;
 
-  static Floats floats_at(const float* p) { return *reinterpret_cast<const FloatsAt*>(p); }
-  static Shorts shorts_at(const int16_t* p) { return *reinterpret_cast<const ShortsAt*>(p); }
-  static void store(int16_t* p, Shorts v) { *reinterpret_cast<ShortsAt*>(p) = v; }
-  static Ints iota() {
-    Ints v;
-    for (int k = 0; k < kLength; ++k) v[k] = k;
-    return v;
-  }
-  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
-    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
-  }
-  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
-
-  // Whether any lane of a mask (lanes 0 or all ones) is set.
-  static bool any(Ints m) {
-#if defined(__AVX2__)
-    return !_mm256_testz_si256(__m256i(m), __m256i(m));
-#else
-    uint64_t words[sizeof m / 8];
-    std::memcpy(words, &m, sizeof m);
-    uint64_t any = 0;
-    for (uint64_t w : words) any |= w;
-    return any != 0;
-#endif
-  }
-
-  // kLength elements from p as Ints, and 2 x kLength as Shorts.
-  static Ints widened(const Q* p) {
-#if defined(__AVX2__)
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-#else
-    Bytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Ints);
-#endif
-  }
-  static Shorts widened_shorts(const Q* p) {
-#if defined(__AVX2__)
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return Shorts(std::is_signed_v<Q> ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
-#else
-    WideBytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Shorts);
-#endif
-  }
-  // The lower and upper kLength lanes of s, sign-extended.
-  static Ints low_half(Shorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(__m256i(s))));
-#else
-    return __builtin_convertvector(half_of(s, 0), Ints);
-#endif
-  }
-  static Ints high_half(Shorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(__m256i(s), 1)));
-#else
-    return __builtin_convertvector(half_of(s, 1), Ints);
-#endif
-  }
-  typedef int16_t HalfShorts __attribute__((vector_size(kLength * 2)));
-  static HalfShorts half_of(Shorts s, int h) {
-    HalfShorts out;
-    std::memcpy(&out, reinterpret_cast<const char*>(&s) + h * sizeof out, sizeof out);
-    return out;
-  }
-  static HalfShorts half_shorts_at(const int16_t* p) {
-    HalfShorts s;
-    std::memcpy(&s, p, sizeof s);
-    return s;
-  }
-  static Ints ints_of(HalfShorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(__m128i(s)));
-#else
-    return __builtin_convertvector(s, Ints);
-#endif
-  }
-
-  // value clamped to Q's range (as clamp_to; the value is never NaN), by maxps / minps where there are (GCC's
-  // selects for the generic form compare and blend)
+  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend)
   static Floats clamped(Floats value) {
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
@@ -272,8 +161,8 @@ struct RequantiseLanes {
 #endif
   }
 
-  // The float pass of Requantiser::element on each lane: difference x scale + y_zero, clamped and rounded, and
-  // marked (all ones) where it lies within kMarkBand of a tie, for the caller to settle.
+  // The float pass on each lane: difference x scale + y_zero, clamped and rounded, and marked (all ones) where it
+  // lies within kMarkBand of a tie, for the caller to settle.
   static Ints requantised(Ints difference, Floats scale, Floats y_zero, Ints& marked) {
     const Floats value = clamped(__builtin_convertvector(difference, Floats) * scale + y_zero);
     const Ints whole = rounded(value);
@@ -286,60 +175,20 @@ struct RequantiseLanes {
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
     return rounded(clamped(acc / count / y_scale + y_zero_point));
   }
-
-  // Whole values within Q's range (or marks 0 / 1) narrowed to bytes: one vector, or four.
-  static void narrow_one(Ints a, Q* out) {
-#if defined(__AVX2__)
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-#else
-    const Bytes b = __builtin_convertvector(a, Bytes);
-    std::memcpy(out, &b, sizeof b);
-#endif
-  }
-  template <class B>
-  static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
-#if defined(__AVX2__) || defined(__SSE2__)
-    constexpr bool kSigned = std::is_signed_v<B>;
-#endif
-#if defined(__AVX2__)
-    const __m256i ab = _mm256_packs_epi32(__m256i(a), __m256i(b));  // per 128-bit half: a, b
-    const __m256i cd = _mm256_packs_epi32(__m256i(c), __m256i(d));
-    const __m256i bytes = kSigned ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
-    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    std::memcpy(out, &ordered, sizeof ordered);
-#elif defined(__SSE2__)
-    typedef short Shorts8 __attribute__((vector_size(16)));
-    typedef char Bytes16 __attribute__((vector_size(16)));
-    const Shorts8 ab = __builtin_ia32_packssdw128(a, b);
-    const Shorts8 cd = __builtin_ia32_packssdw128(c, d);
-    const Bytes16 bytes = kSigned ? __builtin_ia32_packsswb128(ab, cd) : Bytes16(__builtin_ia32_packuswb128(ab, cd));
-    std::memcpy(out, &bytes, sizeof bytes);
-#else
-    typedef B Narrow __attribute__((vector_size(kLength)));
-    const Narrow parts[4] = {__builtin_convertvector(a, Narrow), __builtin_convertvector(b, Narrow),
-                             __builtin_convertvector(c, Narrow), __builtin_convertvector(d, Narrow)};
-    std::memcpy(out, parts, sizeof parts);
-#endif
-  }
 };
 
-// Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
-// whole-plane passes move half the bytes of int32 and the requantisation runs in float (see Requantiser).
+// Window sums of up to this many elements fit int16 (128 x 255 = 32640): half the bytes of int32, and float lanes.
 constexpr int64_t kShortSumKernel = 128;
 
-// The requantisation, written once: y = round((sum - zero_sum) * scale + y_zero_point), clamped, where per output
-// position zero_sum = x_zero_point * (elements in the window) and scale = x_scale / (y_scale * count).
-// With int16 sums the vectorised pass runs in float (twice the lanes of double): (sum - zero_sum) is exact in
-// float and the float value is within 8e-5 of the exact one wherever the clamp does not decide, so elements more
-// than 2e-4 from a tie round as the exact value does; those within 2e-4 (a superset of the 1e-4 tie band) are
-// marked and the caller settles them with exact() in double. Results equal the all-double evaluation.
-// Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair.
+// Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair; whether the float
+// pass marks the values near a tie, or skips the marks (none can occur).
 enum class Pattern { PerValue, Uniform };
-// Whether the float pass marks the values near a tie, or skips the marks (none can occur).
 enum class Marking { Gather, Skip };
 
+// The requantisation: y = round((sum - zero_sum) * scale + y_zero_point), clamped, zero_sum = x_zero_point x (the
+// window's elements), scale = x_scale / (y_scale x count). With int16 sums in float: (sum - zero_sum) is exact and
+// the value within 8e-5 of the exact one where the clamp does not decide, so values over 2e-4 from a tie round as
+// the exact value; those within (a superset of the 1e-4 tie band) are marked and settled. Wider sums: in double.
 template <class Q, class I>
 struct Requantiser {
   static constexpr bool kFloat = sizeof(I) == 2;
@@ -348,9 +197,8 @@ struct Requantiser {
   int32_t x_zero_point;
   int64_t kernel_size;
   bool count_include_pad;
-  // With int16 sums and x_scale == y_scale (ratio exactly 1) the exact value is y_zero_point + an integer / count
-  // (count <= kShortSumKernel): a value not on a tie lies at least 1 / (2 count) >= 0.004 from one, far outside
-  // the float pass's band, so the float pass marks exactly the values on a tie.
+  // With int16 sums and x_scale == y_scale the exact value is y_zero_point + an integer / count: not on a tie, at
+  // least 1 / (2 count) >= 0.004 from one, so the float pass marks exactly the values on a tie.
   bool marks_are_ties;
 
   Requantiser(const QLinearParams& q, int64_t kernel)
@@ -364,8 +212,7 @@ struct Requantiser {
       for (int64_t count = 1; count <= kernel_size; ++count) count_scale[count] = ratio / static_cast<double>(count);
     }
   }
-  // ratio / count for each count of a short kernel: exact() runs per marked element, and a division costs more
-  // than the rest of it (the same values as the division, so pattern() uses them too)
+  // ratio / count for each count of a short kernel (a division per settled value cost more than the rest of it)
   double count_scale[kFloat ? kShortSumKernel + 1 : 1] = {};
 
   // x_scale / (y_scale * count) of a window holding `valid` input elements; 0 for a window without any
@@ -448,22 +295,17 @@ struct Requantiser {
     constexpr int kLength = Lanes::kLength, kBlock = 4 * kLength;
     using Ints = typename Lanes::Ints;
     using Floats = typename Lanes::Floats;
-    typedef int16_t Shorts __attribute__((vector_size(kLength * 2)));
     constexpr bool kPerValue = kPattern == Pattern::PerValue;
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
     Ints any{};
     auto block = [&](const I* s, const I* z, const Scale* sc, Q* out, uint8_t* m) {
       Ints rounded[4], marked[4];
       for (int v = 0; v < 4; ++v) {
-        Shorts sv;
-        std::memcpy(&sv, s + v * kLength, sizeof sv);
-        Ints difference = __builtin_convertvector(sv, Ints) - static_cast<int32_t>(zero_sum_all);
+        Ints difference = Lanes::ints_of(Lanes::half_shorts_at(s + v * kLength)) - static_cast<int32_t>(zero_sum_all);
         Floats scale_v = Floats{} + scale_all;
         if constexpr (kPerValue) {
-          Shorts zv;
-          std::memcpy(&zv, z + v * kLength, sizeof zv);
-          difference -= __builtin_convertvector(zv, Ints);
-          std::memcpy(&scale_v, sc + v * kLength, sizeof scale_v);
+          difference -= Lanes::ints_of(Lanes::half_shorts_at(z + v * kLength));
+          scale_v = Lanes::floats_at(sc + v * kLength);
         }
         rounded[v] = Lanes::requantised(difference, scale_v, zero_point, marked[v]);
       }
@@ -519,20 +361,11 @@ struct Requantiser {
 template <class Q, class I, class Valid, class Ort>
 void settle_marked(const Requantiser<Q, I>& r, const I* sums, int64_t n, int64_t channels, const uint8_t* mark, Q* y,
                    Valid&& valid_of, Ort&& ort) {
-  auto one = [&](int64_t i, int64_t c, int64_t valid) {
-    const int64_t e = i * channels + c;
+  for_each_marked(mark, n * channels, [&](int64_t e) {
+    const int64_t i = e / channels, valid = valid_of(i);
     y[e] = static_cast<Q>(r.settled(static_cast<int64_t>(sums[e]) - r.x_zero_point * valid, valid,
-                                    [&] { return ort(i, c); }));
-  };
-  if (channels == 1) {
-    for_each_marked(mark, n, [&](int64_t i) { one(i, 0, valid_of(i)); });
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (!any_marked(mark + i * channels, channels)) continue;
-    const int64_t valid = valid_of(i);
-    for_each_marked(mark + i * channels, channels, [&](int64_t c) { one(i, c, valid); });
-  }
+                                    [&] { return ort(i, e - i * channels); }));
+  });
 }
 
 }  // namespace

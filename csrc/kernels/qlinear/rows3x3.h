@@ -21,9 +21,8 @@ namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
 
-// RequantiseLanes' lane count, as a constant outside the template (a vector_size depending on a template parameter
-// is dropped by GCC 12, leaving a scalar type). Taken where vectors have 8 lanes, and on NEON: with SSE2's 4 the
-// general path's flat passes are faster.
+// The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter). Taken with
+// 8 lanes, and on NEON: with SSE2's 4 the general path's flat passes are faster.
 constexpr int kRowLanes = RequantiseLanes<uint8_t>::kLength;
 #if defined(__ARM_NEON)
 constexpr bool kRows3x3 = true;
@@ -37,10 +36,9 @@ constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == Wi
 constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == WindowRows::BelowOnly; }
 constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
 
-// How the float pass's marks of a kind of window are handled, by what its values can be: never marked (None),
-// marked now and then (Rare: a vector with marks is settled), or often, with equal scales and an even count (a
-// sixth of the values on ties), where ORT's float value decides every value (OrtOnly: it lies within 3e-4 of the
-// exact value, which, not on a tie, is at least 1/18 from one). Ordered: a vector mixing kinds takes the last.
+// How the float pass's marks of a kind of window are handled: never marked (None), now and then (Rare: a vector
+// with marks is settled), or, with equal scales and an even count, a sixth of them on ties, where ORT's value
+// decides every value (OrtOnly: within 3e-4 of the exact value, which, not on a tie, is at least 1/18 from one).
 enum class Ties { None, Rare, OrtOnly };
 
 template <class Q>
@@ -58,8 +56,7 @@ class Rows3x3Pool {
     for (const AxisGeometry& a : g.axes) {
       if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
     }
-    // a row of at least one vector of column sums; NCHW planes of at least a step a row and 3 rows (shorter ones
-    // go faster through the general path, several planes per pass)
+    // a row of at least one vector of column sums; shorter NCHW planes go faster through the general path
     if (channels == 1) return g.axes[1].in >= kStep && g.axes[0].in >= 3;
     return g.axes[1].in * channels >= 2 * kLength;
   }
@@ -78,26 +75,24 @@ class Rows3x3Pool {
         columns_(static_cast<size_t>(2 * (h_ + 2 + kLength))) {
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
-    const MarkTable& can_mark = mark_table();
     Ties kind[4][4] = {};  // [rows][columns] of a window
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
         const int64_t count = q.count_include_pad ? 9 : rows * cols;
-        kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None : ort_decides ? Ties::OrtOnly : Ties::Rare)
-                                 : (can_mark.marks[rows * cols] ? Ties::Rare : Ties::None);
+        kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None
+                                    : ort_decides  ? Ties::OrtOnly
+                                                   : Ties::Rare)
+                                 : (mark_table().marks[rows * cols] ? Ties::Rare : Ties::None);
       }
       middle_[rows] = kind[rows][3];
-      // the columns an edge vector's lanes can have: 1 in an input of one column, else 2, and 3 from the third;
-      // where most of its lanes are middle ones (d < kLength: a plane's first and last vector), ORT's value only
-      // for the vectors with a mark
+      // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
       if (edge == Ties::OrtOnly && d_ < kLength) {  // a few lanes of a vector: taken down the rows (edge_columns)
         edge_columns_ = true;
         edge = Ties::None;
       }
-      edge_[rows] = max_of(edge, middle_[rows]);  // so that a Rare or OrtOnly middle implies the same edges
-      // the edge vectors' lanes: the first d + kLength values and the last (see edge_lanes)
+      edge_[rows] = max_of(edge, middle_[rows]);  // Ties are ordered: a vector mixing kinds takes the last
       for (int side = 0; side < 2; ++side) {
         for (int64_t k = 0; k < d_ + kLength; ++k) {
           const int64_t at = side == 0 ? k : n_ - d_ - kLength + k;
@@ -127,9 +122,8 @@ class Rows3x3Pool {
     if (edge_columns_) edge_columns(x, y);
   }
 
-  // ORT's value (OrtOnly) of the windows of the first and last d values of every row where d < kLength: as few
-  // lanes of their vectors, they are taken down the rows, kLength rows at a time. Each such window has two
-  // columns (W >= 3), whose values per input row (at row + 1, 0 outside the input) are dequantised first.
+  // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
+  // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
   __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
     const int64_t h = h_, n = n_, stride = h + 2 + kLength;
     float* left = columns_.data();
@@ -187,16 +181,12 @@ class Rows3x3Pool {
     const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
     if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
     for (int64_t r = begin; r < end; ++r) {
-      // the next row's sums first: loaded right after their stores, they waited for them (store forwarding fails
-      // for loads across two stores)
+      // the next row's sums first: loaded right after their stores, they waited for them
       if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
       const int16_t* sums = row_sums(r);
       Q* yr = y + r * n;
-      // the dequantised rows where every vector (of the middle, or of the edges) needs them
-      const float* const* rows_f =
-          kMiddle == Ties::OrtOnly || kEdge == Ties::OrtOnly
-              ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly)
-              : nullptr;
+      const float* const* rows_f =  // where every vector of the middle or of the edges needs them
+          kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
       // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
       auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
         return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
@@ -228,8 +218,7 @@ class Rows3x3Pool {
           for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
         } else {
           const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
-          const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b),
-                                      Lanes::high_half(b)};
+          const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
           Ints marked[4];
           for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
           if constexpr (kMiddle == Ties::Rare) {
@@ -247,19 +236,17 @@ class Rows3x3Pool {
     }
   }
 
-  // Per row kind and side (the first d + kLength values, or the last), the lanes' float window scales (what 0) or
-  // ORT's divisors (what 1).
+  // Per row kind and side (the first or last d + kLength values), the lanes' scales (what 0) or ORT's divisors (1).
   float* edge_lanes(int rows_valid, int side, int what) {
     return edges_.data() + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
   }
 
-  // ORT's divisor per lane: 9 with count_include_pad, else the window's elements.
+  // ORT's divisor per lane: 9 with count_include_pad, else the window's elements
   Floats count_of(int rows_valid, Ints columns) const {
     return q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
   }
 
-  // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength) (difference: their sums
-  // less their zero sums), with ORT's float values of the windows.
+  // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength), with ORT's outputs.
   __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
                                          Ints marks, Ints rounded) const {
     const Ints at = Lanes::iota() + static_cast<int32_t>(i);
@@ -272,9 +259,9 @@ class Rows3x3Pool {
     return out;
   }
 
-  // ORT's float value (as ort_float_value) of the windows of values [i, i + kLength) of a row, clamped and rounded,
-  // from its three window rows dequantised (rows_f: a row of zeros for one outside the input, d zeros on each
-  // side): the nine terms added in row-major window order, each pad's 0 included, which leaves ORT's sum as it is.
+  // ORT's output (as ort_output) of the windows of values [i, i + kLength) of a row, from its three window rows
+  // dequantised (rows_f; d zeros on each side, a row of zeros for one outside the input): the nine terms added in
+  // row-major window order, each pad's 0 included, which leaves ORT's sum as it is.
   Ints ort_values(const float* const* rows_f, int64_t i, Floats count) const {
     Floats acc{};
     for (int t = 0; t < 3; ++t) {
@@ -355,8 +342,8 @@ class Rows3x3Pool {
                           Lanes::half_shorts_at(sums + i + d_));
   }
 
-  // Whether the float pass marks any window of `valid` elements (1..9), for the last parameters seen on this thread
-  // (ORT's thread pool calls the kernel per chunk of a few units): every sum such a window can hold, tried once.
+  // Whether the float pass marks any window of `valid` elements (1..9): every sum it can hold tried, once per
+  // thread and parameters (ORT's thread pool calls the kernel per chunk of a few units).
   struct MarkTable {
     QLinearParams q{};
     bool known = false;
@@ -392,9 +379,9 @@ class Rows3x3Pool {
 
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
-  const int64_t h_, w_, d_, n_;      // n_: values of a row
-  const int64_t stride_;             // n_ and d_ zeros on each side: a row of column_sums_ or floats_
-  float scale_[4][4] = {};           // [rows][columns] of a window: its float scale
+  const int64_t h_, w_, d_, n_;         // n_: values of a row
+  const int64_t stride_;                // n_ and d_ zeros on each side: a row of column_sums_ or floats_
+  float scale_[4][4] = {};              // [rows][columns] of a window: its float scale
   Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
   ZeroedArray<int16_t> column_sums_;    // two rows' (see row_sums)
   ZeroedArray<float> floats_;           // three dequantised input rows (see dequantised_rows), then a row of zeros

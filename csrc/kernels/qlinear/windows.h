@@ -42,8 +42,6 @@ void flat_plane_sums(const Q* x, I* rows_sum, I* dst, const PoolGeometry& g) {
   const Q* xs = x - pw;
   if (kw == 3) {
     for (int64_t i = lo; i < hi; ++i) rows_sum[i] = static_cast<I>((I(xs[i]) + I(xs[i + 1])) + I(xs[i + 2]));
-  } else if (kw == 2) {
-    for (int64_t i = lo; i < hi; ++i) rows_sum[i] = static_cast<I>(I(xs[i]) + I(xs[i + 1]));
   } else {
     for (int64_t i = lo; i < hi; ++i) rows_sum[i] = I(xs[i]);
     for (int64_t k = 1; k < kw; ++k) {
