@@ -19,18 +19,6 @@ namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
 
-// Arrays carved one after another from one scratch block, each 8-byte aligned; without a block, only counted.
-struct Carve {
-  char* base;
-  size_t bytes = 0;
-  template <class T>
-  T* take(int64_t n) {
-    T* at = base ? reinterpret_cast<T*>(base + bytes) : nullptr;
-    bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
-    return at;
-  }
-};
-
 // Per output position of a block of output rows: Requantiser::pattern's zero_sum and scale, rebuilt only when
 // the block's kind (`key`: its rows' element counts) changes.
 template <class Q, class I>

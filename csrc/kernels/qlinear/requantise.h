@@ -83,6 +83,18 @@ int32_t ort_output(const Q* x, const PoolGeometry& g, int64_t channels, int64_t 
   return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q)));
 }
 
+// Arrays carved one after another from one scratch block, each 8-byte aligned; without a block, only counted.
+struct Carve {
+  char* base;
+  size_t bytes = 0;
+  template <class T>
+  T* take(int64_t n) {
+    T* at = base ? reinterpret_cast<T*>(base + bytes) : nullptr;
+    bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
+    return at;
+  }
+};
+
 // Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time (a branch per
 // mark mispredicted on every tie).
 template <class F>
@@ -213,7 +225,7 @@ struct Requantiser {
     }
   }
   // ratio / count for each count of a short kernel (a division per settled value cost more than the rest of it)
-  double count_scale[kFloat ? kShortSumKernel + 1 : 1] = {};
+  double count_scale[kFloat ? kShortSumKernel + 1 : 1];  // [1, kernel_size] filled, the rest never read
 
   // x_scale / (y_scale * count) of a window holding `valid` input elements; 0 for a window without any
   double window_scale(int64_t valid) const {

@@ -69,13 +69,12 @@ class Rows3x3Pool {
         d_(channels),
         n_(w_ * channels),
         stride_(n_ + 2 * d_),
-        column_sums_(static_cast<size_t>(2 * stride_)),
-        floats_(static_cast<size_t>(4 * stride_)),
-        edges_(static_cast<size_t>(12 * (d_ + kLength))),
-        columns_(static_cast<size_t>(2 * (h_ + 2 + kLength))) {
+        memory_(layout(nullptr), ScratchFill::Zeroed) {
+    layout(memory_.as<char>());
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
-    Ties kind[4][4] = {};  // [rows][columns] of a window
+    const bool* marks = equal ? nullptr : mark_table().marks;  // a thread-local: looked up once
+    Ties kind[4][4] = {};                                      // [rows][columns] of a window
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
@@ -83,7 +82,7 @@ class Rows3x3Pool {
         kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None
                                     : ort_decides  ? Ties::OrtOnly
                                                    : Ties::Rare)
-                                 : (mark_table().marks[rows * cols] ? Ties::Rare : Ties::None);
+                                 : (marks[rows * cols] ? Ties::Rare : Ties::None);
       }
       middle_[rows] = kind[rows][3];
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
@@ -126,7 +125,7 @@ class Rows3x3Pool {
   // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
   __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
     const int64_t h = h_, n = n_, stride = h + 2 + kLength;
-    float* left = columns_.data();
+    float* left = columns_;
     float* right = left + stride;
     const Floats y_scale = Floats{} + q_.y_scale;
     const float y_zero_point = static_cast<float>(q_.y_zero_point);
@@ -238,7 +237,7 @@ class Rows3x3Pool {
 
   // Per row kind and side (the first or last d + kLength values), the lanes' scales (what 0) or ORT's divisors (1).
   float* edge_lanes(int rows_valid, int side, int what) {
-    return edges_.data() + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
+    return edges_ + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
   }
 
   // ORT's divisor per lane: 9 with count_include_pad, else the window's elements
@@ -279,10 +278,10 @@ class Rows3x3Pool {
     for (int t = 0; t < 3; ++t) {
       const int64_t row = r - 1 + t, slot = row % 3;
       if ((t == 0 && !has_above(kind)) || (t == 2 && !has_below(kind))) {
-        window_rows_[t] = floats_.data() + 3 * stride_ + d_;
+        window_rows_[t] = floats_ + 3 * stride_ + d_;
         continue;
       }
-      float* f = floats_.data() + slot * stride_ + d_;
+      float* f = floats_ + slot * stride_ + d_;
       window_rows_[t] = f;
       if (whole_row_[slot] == row || (!whole && edges_row_[slot] == row)) continue;
       const Q* xr = x + row * n_;
@@ -330,7 +329,17 @@ class Rows3x3Pool {
   }
 
   // Output row r's column sums, d zeros on each side: two rows' buffers, used in turn.
-  int16_t* row_sums(int64_t r) { return column_sums_.data() + (r & 1) * stride_ + d_; }
+  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * stride_ + d_; }
+
+  // Points the arrays into the zeroed scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    Carve c{base};
+    column_sums_ = c.take<int16_t>(2 * stride_);
+    floats_ = c.take<float>(4 * stride_);
+    edges_ = c.take<float>(12 * (d_ + kLength));
+    columns_ = c.take<float>(2 * (h_ + 2 + kLength));
+    return c.bytes;
+  }
 
   // The windows' sums less their zero sums of values [i, i + 2 kLength) of a row, in int16 (at most 9 x 255), and
   // of [i, i + kLength) widened to int32.
@@ -383,11 +392,11 @@ class Rows3x3Pool {
   const int64_t stride_;                // n_ and d_ zeros on each side: a row of column_sums_ or floats_
   float scale_[4][4] = {};              // [rows][columns] of a window: its float scale
   Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
-  ZeroedArray<int16_t> column_sums_;    // two rows' (see row_sums)
-  ZeroedArray<float> floats_;           // three dequantised input rows (see dequantised_rows), then a row of zeros
-  ZeroedArray<float> edges_;            // see edge_lanes
-  ZeroedArray<float> columns_;          // see edge_columns
-  bool edge_columns_ = false;           // see edge_columns
+  int16_t* column_sums_ = nullptr;      // two rows' (see row_sums)
+  float* floats_ = nullptr;             // three dequantised input rows (see dequantised_rows), then a row of zeros
+  float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
+  ScratchBuffer memory_;                           // the arrays above, zeroed
+  bool edge_columns_ = false;                      // see edge_columns
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
   const float* window_rows_[3] = {};               // dequantised_rows' answer
 };
