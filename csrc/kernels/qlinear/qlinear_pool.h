@@ -26,15 +26,13 @@ struct RequantisePattern {
   using Scale = typename Requantiser<Q, I>::Scale;
   I* zero_sum = nullptr;
   Scale* scale = nullptr;
-  int64_t key = -1;  // what the rows were made for (caller-defined; -1: nothing yet)
-  int64_t rows = 0;  // rows filled
+  int64_t key = -1, rows = 0;  // what the rows were made for (caller-defined; -1: nothing yet), rows filled
 
   // Row `at` for the output columns [first, first + n), windows of lead_valid elements over the axes but the last.
   void fill_row(const Requantiser<Q, I>& r, const AxisGeometry& last, int64_t lead_valid, int64_t first, int64_t n,
                 int64_t at = 0) {
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < n; ++j)
       r.pattern(lead_valid * last.valid_count(first + j), zero_sum[at * n + j], scale[at * n + j]);
-    }
   }
   // n_rows rows of n columns from `first`, each with lead_valid; row 0 rebuilt only when `key` changes.
   void ensure(const Requantiser<Q, I>& r, const AxisGeometry& last, int64_t key_of_rows, int64_t lead_valid,

@@ -78,11 +78,9 @@ class Rows3x3Pool {
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
-        const int64_t count = q.count_include_pad ? 9 : rows * cols;
-        kind[rows][cols] = equal ? (count % 2 == 1 ? Ties::None
-                                    : ort_decides  ? Ties::OrtOnly
-                                                   : Ties::Rare)
-                                 : (marks[rows * cols] ? Ties::Rare : Ties::None);
+        const bool odd = q.count_include_pad || rows * cols % 2 == 1;  // count 9, or the window's elements
+        const Ties even = ort_decides ? Ties::OrtOnly : Ties::Rare;
+        kind[rows][cols] = equal ? (odd ? Ties::None : even) : marks[rows * cols] ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
@@ -105,22 +103,17 @@ class Rows3x3Pool {
   }
 
   void run(const Q* x, Q* y, int64_t units) {
-    for (int64_t u = 0; u < units; ++u) unit(x + u * h_ * n_, y + u * h_ * n_);
+    for (int64_t u = 0; u < units; ++u, x += h_ * n_, y += h_ * n_) {
+      for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
+      if (h_ == 1) rows<WindowRows::Neither>(x, y, 0, 1);
+      if (h_ > 1) rows<WindowRows::BelowOnly>(x, y, 0, 1);
+      rows<WindowRows::Both>(x, y, 1, h_ - 1);  // (none when h < 3)
+      if (h_ > 1) rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
+      if (edge_columns_) edge_columns(x, y);
+    }
   }
 
  private:
-  void unit(const Q* x, Q* y) {
-    for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
-    if (h_ == 1) {
-      rows<WindowRows::Neither>(x, y, 0, 1);
-    } else {
-      rows<WindowRows::BelowOnly>(x, y, 0, 1);
-      rows<WindowRows::Both>(x, y, 1, h_ - 1);
-      rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
-    }
-    if (edge_columns_) edge_columns(x, y);
-  }
-
   // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
   // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
   __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
@@ -354,18 +347,18 @@ class Rows3x3Pool {
   // Whether the float pass marks any window of `valid` elements (1..9): every sum it can hold tried, once per
   // thread and parameters (ORT's thread pool calls the kernel per chunk of a few units).
   struct MarkTable {
-    QLinearParams q{};
-    bool known = false;
+    float x_scale = 0, y_scale = 0;
+    int32_t x_zero_point = 0, y_zero_point = 0, count_include_pad = -1;  // -1: nothing yet
     bool marks[10] = {};
   };
   const MarkTable& mark_table() const {
     thread_local MarkTable table;
     const QLinearParams& q = q_;
-    if (table.known && table.q.x_scale == q.x_scale && table.q.y_scale == q.y_scale &&
-        table.q.x_zero_point == q.x_zero_point && table.q.y_zero_point == q.y_zero_point &&
-        table.q.count_include_pad == q.count_include_pad) {
+    if (table.x_scale == q.x_scale && table.y_scale == q.y_scale && table.x_zero_point == q.x_zero_point &&
+        table.y_zero_point == q.y_zero_point && table.count_include_pad == q.count_include_pad) {
       return table;
     }
+    table = {q.x_scale, q.y_scale, q.x_zero_point, q.y_zero_point, q.count_include_pad, {}};
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     for (int valid = 1; valid <= 9; ++valid) {
       const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q.x_zero_point);
@@ -381,8 +374,6 @@ class Rows3x3Pool {
       }
       table.marks[valid] = Lanes::any(any);
     }
-    table.q = q;
-    table.known = true;
     return table;
   }
 
