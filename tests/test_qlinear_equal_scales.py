@@ -1,7 +1,7 @@
 """QLinearAveragePool with x_scale == y_scale (TFLite-style quantized average pools): every window whose element
 count is even can land exactly on a rounding tie, and the library then takes ORT's own float value (the float pass
-marks exactly the tied values: Requantiser::marks_are_ties, Plane3x3Pool's edge_columns). Pinned for the paths
-that shortcut on it: NHWC (settle_position's select), NCHW planes pooled whole (settle_plane_rows), and kernels up
+marks exactly the tied values: Requantiser::marks_are_ties, Rows3x3Pool's edge_columns). Pinned for the paths
+that shortcut on it: NHWC images streamed and NCHW planes pooled whole (Requantiser::settled), and kernels up
 to 11x11 (121 elements, int16 sums), with equal and distinct zero points: identical to stock ORT everywhere, and to
 the float64 reference away from ties.
 """

@@ -1,5 +1,5 @@
-"""QLinearAveragePool's one-pass path for NHWC images with 3x3 windows, stride 1 and pads 1 (Nhwc3x3Pool, the avx2
-and avx512 builds; portable takes qlinear_pool's streamed passes, checked here the same way): images of at least 2
+"""QLinearAveragePool's one-pass path for NHWC images with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = C, the
+avx2 and avx512 builds; portable takes QLinearStreamPlan's passes, checked here the same way): images of at least 2
 channels and 16 values a row. Pins channel counts below, at and off the vector length (vectors reaching column 0 or
 w - 1 with lanes of several columns), images of 1 to 4 rows or columns, rows without a row above or below, rows too
 short for the kernel (sent elsewhere), the rounding ties of equal scales (count 4 and 6 windows at the edges land
@@ -17,7 +17,7 @@ from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
 # odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path);
-# an image of 4608 values, enough for the call to try can_mark (smaller calls always gather the middle marks)
+# an image of 4608 values
 SHAPES = [
     (1, 3, 8, 2),
     (1, 1, 16, 3),

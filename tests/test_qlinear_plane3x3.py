@@ -1,9 +1,8 @@
-"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Plane3x3Pool, the avx2
-and avx512 builds; portable takes the flat passes of qlinear_pool, checked here the same way): planes of at least
-32 columns. Pins the rows without a row above or
-below, the lanes of column 0 and w - 1 (whose flat neighbours belong to other rows), the last step of a row region
-moved back, the zero-padded copies at the call's first and last plane, and the rounding ties of equal scales
-(count 4 and 6 windows at the edges land on exact .5) settled as ORT does. Checked against the float64 reference
+"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = 1,
+the avx2 and avx512 builds; portable takes the flat passes of QLinearPlan, checked here the same way): planes of at
+least 32 columns. Pins the rows without a row above or below, the lanes of column 0 and w - 1, the last step of a
+row moved back, and the rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5)
+settled as ORT does (edge_columns). Checked against the float64 reference
 away from ties and against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
 """
 
@@ -15,13 +14,13 @@ from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_case
 from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
-# one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (middle_rows_mark)
+# one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (mark_table)
 SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 64, 80)]
 
 # (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.0125 is tie-heavy too;
 # 0.09 / 0.02 (4.5) puts every other 9-element window within rounding noise of a tie (the middle rows must mark),
 # 0.05 / 0.031 none of them (they need not); equal scales of 1e-32 (below 2^-100) settle the edges' ties without
-# taking ORT's value for every edge output (ort_decides_edges_ false)
+# taking ORT's value for every edge output (Ties::Rare, not OrtOnly)
 SCALES = [
     (0.05, 0.05, "equal"),
     (1e-32, 1e-32, "equal"),

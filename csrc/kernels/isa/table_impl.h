@@ -21,18 +21,13 @@
 #include "kernels/global/global_pools.h"
 #include "kernels/kernels.h"
 #include "kernels/lp/lp_pool.h"
+#include "kernels/qlinear/qlinear_pool.h"
 
 #define ONNX_POOLS_STR2(x) #x
 #define ONNX_POOLS_STR(x) ONNX_POOLS_STR2(x)
 
 namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
-namespace {
-// TEMPORARY, until kernels/qlinear/ opens the per-ISA namespace itself as the other kernel headers do
-// (kernels/common/per_isa.h): its headers are included inside it and rely on the includes above.
-#include "kernels/qlinear/qlinear_pool.h"
-}  // namespace
-
 namespace {
 
 template <class T>
@@ -54,7 +49,7 @@ const KernelTable& table() {
 #define ONNX_POOLS_FILL_FLOAT(e, T, A, onnx, name) fill_float_type<T>(k, FloatType::e);
 #define ONNX_POOLS_FILL_QUANT(e, T, onnx, name)                      \
   k.qlinear_nchw[static_cast<int>(QuantType::e)] = &qlinear_nchw<T>; \
-  k.qlinear_nhwc[static_cast<int>(QuantType::e)] = &qlinear_nhwc<T>;
+  k.qlinear_nhwc[static_cast<int>(QuantType::e)] = &qlinear_pool<T>;
     ONNX_POOLS_FLOAT_TYPES(ONNX_POOLS_FILL_FLOAT)
     ONNX_POOLS_QUANT_TYPES(ONNX_POOLS_FILL_QUANT)
 #undef ONNX_POOLS_FILL_FLOAT

@@ -1,52 +1,38 @@
 // QLinearAveragePool: window sums by the path the geometry suits, requantised by the rule of requantise.h.
-// Part of the per-ISA kernels: included by table_impl.h inside namespace onnx_pools::ONNX_POOLS_ISA::{anon}, so
-// everything here is compiled once per instruction set with that file's flags.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
 #include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
 #include "kernels/common/windows.h"
 #include "kernels/kernels.h"
-#include "kernels/qlinear/nhwc3x3.h"
-#include "kernels/qlinear/plane3x3.h"
 #include "kernels/qlinear/requantise.h"
+#include "kernels/qlinear/rows3x3.h"
 #include "kernels/qlinear/windows.h"
 
-// Offsets of several arrays in one scratch block, each aligned to 8 bytes whatever the arrays before it hold.
-struct ScratchLayout {
-  size_t bytes = 0;
-  template <class T>
-  size_t add(int64_t n) {
-    const size_t at = bytes;
-    bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
-    return at;
-  }
-  template <class T>
-  static T* at(ScratchBuffer& memory, size_t offset) {
-    return reinterpret_cast<T*>(memory.as<char>() + offset);
-  }
-};
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
-// Per output position of a block of output rows: Requantiser::pattern's zero_sum and scale. Output rows whose
-// windows have the same element counts share one, so it is rebuilt only when the block's kind changes (the edge
-// rows); `key` says which kind it holds.
+// Per output position of a block of output rows: Requantiser::pattern's zero_sum and scale, rebuilt only when
+// the block's kind (`key`: its rows' element counts) changes.
 template <class Q, class I>
 struct RequantisePattern {
   using Scale = typename Requantiser<Q, I>::Scale;
   I* zero_sum = nullptr;
   Scale* scale = nullptr;
-  int64_t key = -1;  // what the rows were made for (caller-defined; -1: nothing yet)
-  int64_t rows = 0;  // rows filled
+  int64_t key = -1, rows = 0;  // what the rows were made for (caller-defined; -1: nothing yet), rows filled
 
-  // Row `at` for the output columns [first, first + n) of a row whose windows hold lead_valid elements over the
-  // axes before the last.
+  // Row `at` for the output columns [first, first + n), windows of lead_valid elements over the axes but the last.
   void fill_row(const Requantiser<Q, I>& r, const AxisGeometry& last, int64_t lead_valid, int64_t first, int64_t n,
                 int64_t at = 0) {
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < n; ++j)
       r.pattern(lead_valid * last.valid_count(first + j), zero_sum[at * n + j], scale[at * n + j]);
-    }
   }
   // n_rows rows of n columns from `first`, each with lead_valid; row 0 rebuilt only when `key` changes.
   void ensure(const Requantiser<Q, I>& r, const AxisGeometry& last, int64_t key_of_rows, int64_t lead_valid,
@@ -62,19 +48,6 @@ struct RequantisePattern {
     }
   }
 };
-
-// The requantisation of n positions of `channels` values, the one sequence both paths run: the vectorised pass
-// (Requantiser::run), the exact value for the elements it marks (settle; valid_of(i): elements in position i's
-// windows), and ORT's float evaluation, by ties(), for those the exact value leaves on a tie (still marked).
-// With TieOrder::TiesSettleAll, ties() gets every marked element and settles them itself (see settle_position).
-enum class TieOrder { ExactFirst, TiesSettleAll };
-template <TieOrder kOrder = TieOrder::ExactFirst, class Q, class I, class Valid, class Ties>
-void requantise(const Requantiser<Q, I>& r, const I* sums, const RequantisePattern<Q, I>& pattern, int64_t n,
-                int64_t channels, Q* y, uint8_t* mark, Valid&& valid_of, Ties&& ties) {
-  if (!r.run(sums, pattern.zero_sum, pattern.scale, n, channels, y, mark)) return;
-  if (kOrder == TieOrder::ExactFirst && r.settle(sums, n, channels, mark, y, valid_of) == 0) return;
-  ties();
-}
 
 // 1-D and 2-D pools (NCHW planes, channels == 1, or NHWC images): window sums streamed an output row at a time
 // (scratch: a ring of kernel rows of one strip, not a plane), requantised row by row. Built once per call.
@@ -92,7 +65,7 @@ class QLinearStreamPlan {
         strip_(min_of(rc_.cols.out, kStripColumns)),
         row_length_(rc_.cols.in * channels),
         memory_(layout(nullptr)) {
-    layout(&memory_);
+    layout(memory_.as<char>());
   }
 
   void run(const Q* x, Q* y, int64_t units) {
@@ -100,21 +73,15 @@ class QLinearStreamPlan {
   }
 
  private:
-  // Lays out the scratch; with `memory`, also points the arrays into it. Returns the bytes it needs.
-  size_t layout(ScratchBuffer* memory) {
-    ScratchLayout l;
-    const size_t tags_at = l.add<int64_t>(stream_tags(rc_)), scale_at = l.add<Scale>(strip_),
-                 acc_at = l.add<float>(max_of(channels_, strip_)), sums_at = l.add<I>(stream_scratch(rc_, channels_)),
-                 zero_sum_at = l.add<I>(strip_), mark_at = l.add<uint8_t>(strip_ * channels_);
-    if (memory) {
-      tags_ = ScratchLayout::at<int64_t>(*memory, tags_at);
-      pattern_.scale = ScratchLayout::at<Scale>(*memory, scale_at);
-      acc_ = ScratchLayout::at<float>(*memory, acc_at);
-      sums_ = ScratchLayout::at<I>(*memory, sums_at);
-      pattern_.zero_sum = ScratchLayout::at<I>(*memory, zero_sum_at);
-      mark_ = ScratchLayout::at<uint8_t>(*memory, mark_at);
-    }
-    return l.bytes;
+  // Points the arrays into the scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    Carve c{base};
+    tags_ = c.take<int64_t>(stream_tags(rc_));
+    pattern_.scale = c.take<Scale>(strip_);
+    sums_ = c.take<I>(stream_scratch(rc_, channels_));
+    pattern_.zero_sum = c.take<I>(strip_);
+    mark_ = c.take<uint8_t>(strip_ * channels_);
+    return c.bytes;
   }
 
   void unit(const Q* xu, Q* yu) {
@@ -129,23 +96,11 @@ class QLinearStreamPlan {
       pattern_.ensure(requantiser_, rc_.cols, rows_valid * (rc_.cols.out + 1) + begin, rows_valid, begin, n, 1);
       Q* out = yu + (oh * rc_.cols.out + begin) * channels_;
       auto valid_of = [&](int64_t j) { return rows_valid * rc_.cols.valid_count(begin + j); };
-      if constexpr (Requantiser<Q, I>::kFloat) {
-        if (channels_ > 1) {
-          // NHWC: each marked window's exact and ORT values across its channels at once; with equal scales the
-          // edge windows of 4 or 6 elements put a sixth of their values on exact ties, in every row
-          requantise<TieOrder::TiesSettleAll>(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of, [&] {
-            for (int64_t j = 0; j < n; ++j) {
-              const uint8_t* mj = mark_ + j * channels_;
-              if (!any_marked(mj, channels_)) continue;
-              ort_channel_outputs_2d(xu, rc_, channels_, oh, begin + j, q_, g_.kernel_size, acc_);
-              requantiser_.settle_position(sums + j * channels_, channels_, valid_of(j), acc_, mj, out + j * channels_);
-            }
-          });
-          return true;
-        }
+      if (requantiser_.run(sums, pattern_.zero_sum, pattern_.scale, n, channels_, out, mark_)) {
+        settle_marked(requantiser_, sums, n, channels_, mark_, out, valid_of, [&](int64_t j, int64_t c) {
+          return ort_output_2d(xu, rc_, channels_, c, oh, begin + j, q_, g_.kernel_size);
+        });
       }
-      requantise(requantiser_, sums, pattern_, n, channels_, out, mark_, valid_of,
-                 [&] { ort_tie_outputs_2d(xu, rc_, channels_, oh, begin, n, q_, g_.kernel_size, mark_, out, acc_); });
       return true;
     };
     stream_window_sums(rc_, channels_, sums_, tags_, load, finish);
@@ -160,25 +115,22 @@ class QLinearStreamPlan {
   const int64_t row_length_;  // values of one input row
   ScratchBuffer memory_;
   int64_t* tags_ = nullptr;  // stream_window_sums' ring tags
-  float* acc_ = nullptr;     // ort_tie_outputs_2d's scratch
   I* sums_ = nullptr;        // stream_window_sums' scratch
   uint8_t* mark_ = nullptr;  // marks of a row (see Requantiser::run)
   RequantisePattern<Q, I> pattern_;
 };
 
-// Whether qlinear_pool takes the summed-area path: NCHW 2-D planes with short output rows and no dilation.
+// Whether QLinearPlan takes the summed-area path: NCHW 2-D planes with short output rows and no dilation.
 inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
   return channels == 1 && g.axes.size() == 2 && g.axes[1].out < kDirectColumns && g.axes[0].dilation == 1 &&
          g.axes[1].dilation == 1;
 }
 
-// Output values qlinear_pool requantises per pass: many times the vector loop's step, while the sums, scales and
-// marks of one pass (about 15 bytes per value) stay in L1.
+// Output values requantised per pass: many vector steps, while the pass's sums, scales and marks stay in L1.
 constexpr int64_t kRequantiseBlock = 4096;
 
 // Whole-unit pools (any rank; NCHW planes that fit in cache, NHWC images of rank 3): window sums of a step of
-// units by the separable passes (or summed areas for small 2-D planes), then requantised in blocks of output rows.
-// Built once per call: the sizes the geometry gives, the scratch layout, the requantisation patterns.
+// units by the separable passes (or summed areas), then requantised in blocks of output rows. Built once per call.
 template <class Q, class I>
 class QLinearPlan {
  public:
@@ -193,21 +145,18 @@ class QLinearPlan {
         out_last_(last_.out),
         row_size_(out_last_ * channels),
         rows_(g.out_size / out_last_),
-        // NCHW planes are widened to I first: a loop over short rows of bytes is too short for the vectorised step.
-        // 2-D planes with short output rows take window-by-window sums instead, several planes per step, so that
-        // the requantisation still runs over long stretches (e.g. 2x2 windows over 7x7 planes).
+        // summed-area sums of several short-rowed planes per step: long stretches to requantise (2x2 over 7x7)
         direct_(summed_area_planes(g, channels)),
         flat_(channels == 1 && !direct_ && flat_plane_sums_apply(g)),
         step_units_(direct_ ? max_of<int64_t>(1, min_of<int64_t>(units, kRequantiseBlock / g.out_size)) : 1),
-        // Output rows whose windows have the same element counts (all but the edge rows) are requantised as one
-        // flat block of up to ~kRequantiseBlock values: one row alone is often shorter than the vectorised loop's
-        // step. (The direct path's whole step is one such block, its pattern built once in the constructor.)
+        // rows of the same element counts requantised as one block of up to ~kRequantiseBlock values (one row is
+        // often shorter than the vector loop's step); the direct path's whole step is one block
         block_rows_(direct_ ? step_units_ * rows_
                             : max_of<int64_t>(1, min_of<int64_t>(step_units_ * rows_, kRequantiseBlock / row_size_))),
         requantiser_(q, g.kernel_size),
         rc_(rank_ <= 2 ? rows_and_columns(g) : RowsAndColumns{}),
         memory_(layout(nullptr)) {
-    layout(&memory_);
+    layout(memory_.as<char>());
     for (int64_t r = 0; r < rows_; ++r) row_lead_valid_[r] = lead_valid_count(g, r);
     if (direct_) {  // small planes: the pattern of one plane, edge rows included, repeated for a whole step
       for (int64_t r = 0; r < rows_; ++r) bulk_.fill_row(requantiser_, last_, row_lead_valid_[r], 0, out_last_, r);
@@ -246,37 +195,25 @@ class QLinearPlan {
   }
 
  private:
-  // Lays out the scratch; with `memory`, also points the arrays into it. Returns the bytes it needs.
-  size_t layout(ScratchBuffer* memory) {
-    const int64_t block_positions = block_rows_ * out_last_;
-    const int64_t sums_scratch = g_.largest_intermediate * channels_;  // checked by the op
-    const int64_t widened = channels_ == 1 && !direct_ && !flat_ ? g_.in_size : 0;
-    const int64_t direct_sums =
-        direct_ ? step_units_ * g_.out_size + (last_.in + 1) + (g_.axes[0].in + 1) * out_last_ : 0;
-    ScratchLayout l;
-    const size_t index_at = l.add<int64_t>(static_cast<int64_t>(kVisitScratch * rank_)),
-                 lead_at = l.add<int64_t>(rows_), scales_at = l.add<Scale>(block_positions + out_last_),
-                 acc_at = l.add<float>(max_of(channels_, out_last_)), plane_at = l.add<I>(widened),
-                 step_sums_at = l.add<I>(direct_sums), buf_a_at = l.add<I>(sums_scratch),
-                 buf_b_at = l.add<I>(sums_scratch), zero_sums_at = l.add<I>(block_positions + out_last_),
-                 mark_at = l.add<uint8_t>(block_rows_ * row_size_);
-    if (memory) {
-      index_ = ScratchLayout::at<int64_t>(*memory, index_at);
-      row_lead_valid_ = ScratchLayout::at<int64_t>(*memory, lead_at);
-      acc_ = ScratchLayout::at<float>(*memory, acc_at);
-      plane_ = ScratchLayout::at<I>(*memory, plane_at);
-      step_sums_ = ScratchLayout::at<I>(*memory, step_sums_at);
-      buf_a_ = ScratchLayout::at<I>(*memory, buf_a_at);
-      buf_b_ = ScratchLayout::at<I>(*memory, buf_b_at);
-      mark_ = ScratchLayout::at<uint8_t>(*memory, mark_at);
-      Scale* scales = ScratchLayout::at<Scale>(*memory, scales_at);
-      I* zero_sums = ScratchLayout::at<I>(*memory, zero_sums_at);
-      bulk_.zero_sum = zero_sums;
-      bulk_.scale = scales;
-      edge_.zero_sum = zero_sums + block_positions;
-      edge_.scale = scales + block_positions;
+  // Points the arrays into the scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    const int64_t block_positions = block_rows_ * out_last_ + out_last_;  // bulk_'s, then edge_'s one row
+    const int64_t sums_scratch = g_.largest_intermediate * channels_;     // checked by the op
+    Carve c{base};
+    index_ = c.take<int64_t>(static_cast<int64_t>(kVisitScratch * rank_));
+    row_lead_valid_ = c.take<int64_t>(rows_);
+    bulk_.scale = c.take<Scale>(block_positions);
+    plane_ = c.take<I>(channels_ == 1 && !direct_ && !flat_ ? g_.in_size : 0);
+    step_sums_ = c.take<I>(direct_ ? step_units_ * g_.out_size + (last_.in + 1) + (g_.axes[0].in + 1) * out_last_ : 0);
+    buf_a_ = c.take<I>(sums_scratch);
+    buf_b_ = c.take<I>(sums_scratch);
+    bulk_.zero_sum = c.take<I>(block_positions);
+    mark_ = c.take<uint8_t>(block_rows_ * row_size_);
+    if (base) {
+      edge_.scale = bulk_.scale + block_rows_ * out_last_;
+      edge_.zero_sum = bulk_.zero_sum + block_rows_ * out_last_;
     }
-    return l.bytes;
+    return c.bytes;
   }
 
   // The window sums of n_units units from xu: [unit][output position][channel].
@@ -307,59 +244,13 @@ class QLinearPlan {
     auto valid_of = [&](int64_t i) {
       return row_lead_valid_[(row + i / out_last_) % rows_] * last_.valid_count(i % out_last_);
     };
-    if constexpr (Requantiser<Q, I>::kFloat) {
-      if (channels_ == 1 && rank_ <= 2) {  // NCHW planes: settled and tied in one pass, row by row
-        requantise<TieOrder::TiesSettleAll>(requantiser_, s, pattern, n_rows * out_last_, 1, yb, mark_, valid_of,
-                                            [&] { settle_plane_rows(xu, yb, s, row, n_rows); });
-        return;
-      }
-    }
-    requantise(requantiser_, s, pattern, n_rows * out_last_, channels_, yb, mark_, valid_of,
-               [&] { ort_ties(xu, yb, row, n_rows); });
-  }
-
-  // The marked elements of output rows [row, row + n_rows) of 1-D/2-D planes: the exact value where it decides,
-  // ORT's float value where it lies on a tie (as settle() then ort_ties(), without a division per element: with
-  // equal scales a sixth of the edge windows are ties, in every row).
-  void settle_plane_rows(const Q* xu, Q* yb, const I* sums, int64_t row, int64_t n_rows) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const uint8_t* mr = mark_ + i * out_last_;
-      if (!any_marked(mr, out_last_)) continue;
-      const int64_t r = row + i, plane_row = r % rows_;
-      const Q* x_plane = xu + (r / rows_) * g_.in_size;
-      const int64_t lead_valid = row_lead_valid_[plane_row];
-      const I* sr = sums + i * out_last_;
-      Q* yr = yb + i * out_last_;
-      for_each_marked(mr, out_last_, [&](int64_t j) {
-        // with marks_are_ties every mark is a tie: no exact value needed
-        if (requantiser_.marks_are_ties ||
-            !exact_decides(requantiser_.exact(sr[j], lead_valid * last_.valid_count(j)), yr[j])) {
-          yr[j] =
-              to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x_plane, rc_, 1, 0, plane_row, j, q_, g_.kernel_size)));
-        }
-      });
-    }
-  }
-
-  // ORT's float evaluation of the elements still marked in output rows [row, row + n_rows) of this step.
-  void ort_ties(const Q* xu, Q* yb, int64_t row, int64_t n_rows) {
-    for (int64_t i = 0; i < n_rows; ++i) {
-      const int64_t r = row + i;  // the step's row: its unit, and the unit's row
+    if (!requantiser_.run(s, pattern.zero_sum, pattern.scale, n_rows * out_last_, channels_, yb, mark_)) return;
+    settle_marked(requantiser_, s, n_rows * out_last_, channels_, mark_, yb, valid_of, [&](int64_t i, int64_t c) {
+      const int64_t r = row + i / out_last_;
       const Q* x_unit = xu + (r / rows_) * g_.in_size * channels_;
-      uint8_t* mr = mark_ + i * row_size_;
-      Q* yr = yb + i * row_size_;
-      if (rank_ <= 2) {
-        if (any_marked(mr, row_size_)) {
-          ort_tie_outputs_2d(x_unit, rc_, channels_, r % rows_, 0, out_last_, q_, g_.kernel_size, mr, yr, acc_);
-        }
-        continue;
-      }
-      for_each_marked(mr, row_size_, [&](int64_t e) {
-        const int64_t out_index = (r % rows_) * out_last_ + e / channels_;
-        const double value = ort_float_value(x_unit, g_, channels_, e % channels_, out_index, q_, index_);
-        yr[e] = to_quantized<Q>(clamp_to<Q>(value));
-      });
-    }
+      if (rank_ <= 2) return ort_output_2d(x_unit, rc_, channels_, c, r % rows_, i % out_last_, q_, g_.kernel_size);
+      return ort_output(x_unit, g_, channels_, c, (r % rows_) * out_last_ + i % out_last_, q_, index_);
+    });
   }
 
   const PoolGeometry& g_;
@@ -375,56 +266,38 @@ class QLinearPlan {
   const int64_t step_units_;  // units whose sums are taken per step
   const int64_t block_rows_;  // output rows requantised per pass, at most
   const Requantiser<Q, I> requantiser_;
-  const RowsAndColumns rc_;  // rank <= 2: for ort_tie_outputs_2d
+  const RowsAndColumns rc_;  // rank <= 2: for ort_output_2d
   ScratchBuffer memory_;
-  int64_t* index_ = nullptr;           // visit_window's scratch
-  int64_t* row_lead_valid_ = nullptr;  // per output row of a unit: in-bounds count over the leading axes
-  float* acc_ = nullptr;               // ort_tie_outputs_2d's scratch
-  I* plane_ = nullptr;                 // an NCHW plane widened to I
-  I* step_sums_ = nullptr;             // the direct path's sums of a step, then its scratch
-  I* buf_a_ = nullptr;                 // the separable passes' two buffers
-  I* buf_b_ = nullptr;
-  uint8_t* mark_ = nullptr;  // marks of a block (see Requantiser::run)
+  int64_t* index_ = nullptr;               // visit_window's scratch
+  int64_t* row_lead_valid_ = nullptr;      // per output row of a unit: in-bounds count over the leading axes
+  I* plane_ = nullptr;                     // an NCHW plane widened to I
+  I* step_sums_ = nullptr;                 // the direct path's sums of a step, then its scratch
+  I *buf_a_ = nullptr, *buf_b_ = nullptr;  // the separable passes' two buffers
+  uint8_t* mark_ = nullptr;                // marks of a block (see Requantiser::run)
   RequantisePattern<Q, I> bulk_, edge_;
 };
-
-template <class Q, class I>
-void qlinear_streamed(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g,
-                      const QLinearParams& q) {
-  QLinearStreamPlan<Q, I>(g, q, channels).run(x, y, units);
-}
-
-// I: integer type of the window sums (see Requantiser for the arithmetic of each).
-template <class Q, class I>
-void qlinear_pool(const Q* x, Q* y, int64_t units, int64_t channels, const PoolGeometry& g, const QLinearParams& q) {
-  QLinearPlan<Q, I>(g, q, units, channels).run(x, y, units);
-}
 
 // Elements of an NCHW plane up to which it is pooled whole (4 bytes of scratch per element: 256 KiB, in L2).
 constexpr int64_t kWholePlaneLimit = 1 << 16;
 
+// `units` NCHW planes (channels == 1) or NHWC images of `channels` interleaved values.
 template <class Q>
-void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
-                      const QLinearParams& q) {
-  if (Plane3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1 NCHW planes: one pass per plane
-    Plane3x3Pool<Q>(g, q).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
+                  const QLinearParams& q) {
+  if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
+    Rows3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
-  if (Nhwc3x3Pool<Q>::applies(g, channels)) {  // the same windows over NHWC images: one pass per image row
-    Nhwc3x3Pool<Q>(g, q, channels, units).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
-    return;
-  }
-  // NCHW planes that fit in cache take qlinear_pool's whole-plane passes (fewer, longer loops than short rows;
-  // scratch bounded by kWholePlaneLimit), small ones its summed-area path; larger planes and NHWC images are
-  // streamed.
+  // NCHW planes that fit in cache take QLinearPlan's whole-plane passes (longer loops than rows), small ones its
+  // summed-area path; larger planes and NHWC images are streamed.
   const bool streamed =
       g.axes.size() <= 2 && !summed_area_planes(g, channels) && !(channels == 1 && g.in_size <= kWholePlaneLimit);
   auto run = [&](auto sum_type) {  // the integer type of the window sums
     using I = decltype(sum_type);
     if (streamed) {
-      qlinear_streamed<Q, I>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+      QLinearStreamPlan<Q, I>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     } else {
-      qlinear_pool<Q, I>(static_cast<const Q*>(x), static_cast<Q*>(y), units, channels, g, q);
+      QLinearPlan<Q, I>(g, q, units, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     }
   };
   if (g.kernel_size <= kShortSumKernel) {
@@ -438,11 +311,9 @@ void qlinear_dispatch(const void* x, void* y, int64_t units, int64_t channels, c
 
 template <class Q>
 void qlinear_nchw(const void* x, void* y, int64_t planes, int64_t, const PoolGeometry& g, const QLinearParams& q) {
-  qlinear_dispatch<Q>(x, y, planes, 1, g, q);
+  qlinear_pool<Q>(x, y, planes, 1, g, q);
 }
 
-template <class Q>
-void qlinear_nhwc(const void* x, void* y, int64_t images, int64_t channels, const PoolGeometry& g,
-                  const QLinearParams& q) {
-  qlinear_dispatch<Q>(x, y, images, channels, g, q);
-}
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

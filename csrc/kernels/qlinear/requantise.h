@@ -1,9 +1,7 @@
-// QLinearAveragePool's rounding rule, written once: the exact value (integer window sums, requantised in double)
-// decides the rounding, except within kTieBand of a tie, where ONNX Runtime's own float evaluation decides; the
-// vectorised float pass (RequantiseLanes) that finds the few values needing either; the Requantiser that applies
-// the rule to runs of window sums.
-// Part of the per-ISA kernels: included inside namespace onnx_pools::ONNX_POOLS_ISA::{anon} (table_impl.h), so
-// everything here is compiled once per instruction set with that file's flags.
+// QLinearAveragePool's rounding rule: the exact value (integer window sums, requantised in double) decides the
+// rounding, except within kTieBand of a tie, where ONNX Runtime's own float evaluation decides (settled); the
+// float pass on vectors that finds the few values needing either (RequantiseLanes); the Requantiser.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
 #include <cmath>
@@ -12,14 +10,21 @@
 #include <limits>
 #include <type_traits>
 #if defined(__AVX2__)
-#include <immintrin.h>  // (table_impl.h includes it first, outside the namespace)
+#include <immintrin.h>
 #endif
 
+#include "kernels/common/byte_lanes.h"
+#include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
 #include "kernels/common/windows.h"
 #include "kernels/kernels.h"
 
-// The requantisation's constants, named once (qlinear_plane3x3.h's vector pass uses them too).
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
+
+// The requantisation's constants.
 // (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
 constexpr double kRoundMagicDouble = 6755399441055744.0;
 constexpr float kRoundMagicFloat = 12582912.0f;
@@ -28,29 +33,14 @@ constexpr float kMarkBand = 0.5f - 2e-4f;  // the float pass marks above this (a
 
 inline double round_half_even(double v) { return (v + kRoundMagicDouble) - kRoundMagicDouble; }
 
-// ONNX Runtime's own float arithmetic, written once: each element dequantised in float, ...
+// ONNX Runtime's own float arithmetic: each element dequantised in float, and a window's float sum of those divided
+// by the count, then by y_scale, plus y_zero_point (before rounding).
 template <class Q>
 inline float ort_dequantised(Q v, const QLinearParams& q) {
   return q.x_scale * static_cast<float>(static_cast<int32_t>(v) - q.x_zero_point);
 }
-// ... and a window's float sum of those divided by the count, then by y_scale, plus y_zero_point (before rounding).
 inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
   return sum / static_cast<float>(count) / q.y_scale + static_cast<float>(q.y_zero_point);
-}
-
-// y + y_zero_point before rounding, computed as ONNX Runtime's own kernel does: dequantise each element in float,
-// add them in row-major window order, divide by the count, divide by y_scale. Used only for values within
-// rounding noise of a tie, where the exact value cannot decide and agreeing with ORT is the useful answer.
-template <class Q>
-double ort_float_value(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
-                       const QLinearParams& q, int64_t* index) {
-  float sum = 0;
-  int64_t valid = 0;
-  visit_window(g, out_index, index, [&](int64_t offset) {
-    sum += ort_dequantised(x[offset * channels + c], q);
-    ++valid;
-  });
-  return ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q);
 }
 
 // Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
@@ -62,8 +52,7 @@ inline double clamp_to(double v) {
   return v > qmax ? qmax : v;
 }
 
-// A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding; such
-// elements are recomputed as ORT does. (Tested as |v - round(v)| because floor() blocks vectorisation.)
+// A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding.
 inline bool near_tie(double clamped) { return std::fabs(clamped - round_half_even(clamped)) > kTieBand; }
 
 template <class Q>
@@ -71,9 +60,8 @@ inline Q to_quantized(double clamped) {
   return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
 }
 
-// The rounding rule for one value, the one place every scalar path decides it: the exact value (clamped) sets y,
-// except within kTieBand of a tie, where ORT's float evaluation must (returns false: the caller writes ORT's value,
-// at once or batched). RequantiseLanes::resolved is the same rule on vector lanes.
+// The rounding rule for one value: the exact value (clamped) sets y, except within kTieBand of a tie, where ORT's
+// float evaluation must (returns false).
 template <class Q>
 inline bool exact_decides(double exact, Q& y) {
   if (near_tie(exact)) return false;
@@ -81,33 +69,34 @@ inline bool exact_decides(double exact, Q& y) {
   return true;
 }
 
-// Whether any of n marks is set, eight bytes at a time (a library call per window costs more than the test).
-inline bool any_marked(const uint8_t* mark, int64_t n) {
-  uint64_t any = 0;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, mark + i, sizeof word);
-    any |= word;
-  }
-  for (; i < n; ++i) any |= mark[i];
-  return any != 0;
+// ORT's output, computed as ONNX Runtime's kernel does (ort_dequantised, added in row-major window order, then
+// ort_requantised), clamped and rounded: the answer where the exact value lies on a tie.
+template <class Q>
+int32_t ort_output(const Q* x, const PoolGeometry& g, int64_t channels, int64_t c, int64_t out_index,
+                   const QLinearParams& q, int64_t* index) {
+  float sum = 0;
+  int64_t valid = 0;
+  visit_window(g, out_index, index, [&](int64_t offset) {
+    sum += ort_dequantised(x[offset * channels + c], q);
+    ++valid;
+  });
+  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? g.kernel_size : valid, q)));
 }
 
-// How many of n marks (0 or 1 each) are set, eight at a time.
-inline int64_t count_marked(const uint8_t* mark, int64_t n) {
-  int64_t count = 0, i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t word;
-    std::memcpy(&word, mark + i, sizeof word);
-    count += __builtin_popcountll(word);
+// Arrays carved one after another from one scratch block, each 8-byte aligned; without a block, only counted.
+struct Carve {
+  char* base;
+  size_t bytes = 0;
+  template <class T>
+  T* take(int64_t n) {
+    T* at = base ? reinterpret_cast<T*>(base + bytes) : nullptr;
+    bytes += (sizeof(T) * static_cast<size_t>(n) + 7) & ~size_t{7};
+    return at;
   }
-  for (; i < n; ++i) count += mark[i];
-  return count;
-}
+};
 
-// Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time: a loop turn
-// per marked element (its lowest set bit) instead of a branch per mark, which mispredicted on every tie.
+// Calls f(i) for each i < n with mark[i] != 0 (marks are 0 or 1), in order, eight marks at a time (a branch per
+// mark mispredicted on every tie).
 template <class F>
 void for_each_marked(const uint8_t* mark, int64_t n, F&& f) {
   int64_t i = 0;
@@ -134,12 +123,11 @@ inline int64_t lead_valid_count(const PoolGeometry& g, int64_t row) {
   return valid;
 }
 
-// ORT's float value (as ort_float_value) of one window of a 1-D or 2-D plane, without the generic window walk:
-// the tie path runs for a few percent of all outputs when scales are equal (edge windows of 4 or 6 elements land
-// exactly on .5), so it must cost about as much as the window itself.
+// ort_output of one window of a 1-D or 2-D input, without the generic window walk: with equal scales the edge
+// windows of 4 or 6 elements land exactly on .5, a few percent of all outputs.
 template <class Q>
-double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
-                          const QLinearParams& q, int64_t kernel_size) {
+int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t c, int64_t oh, int64_t ow,
+                      const QLinearParams& q, int64_t kernel_size) {
   int64_t r_lo, r_hi, k_lo, k_hi;
   p.rows.valid_range(oh, r_lo, r_hi);
   p.cols.valid_range(ow, k_lo, k_hi);
@@ -147,206 +135,20 @@ double ort_float_value_2d(const Q* x, const RowsAndColumns& p, int64_t channels,
   const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = ow * p.cols.stride - p.cols.pad_begin;
   for (int64_t r = r_lo; r < r_hi; ++r) {
     const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels + c;
-    for (int64_t k = k_lo; k < k_hi; ++k) {
-      sum += ort_dequantised(xr[k * p.cols.dilation * channels], q);
-    }
+    for (int64_t k = k_lo; k < k_hi; ++k) sum += ort_dequantised(xr[k * p.cols.dilation * channels], q);
   }
-  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  return ort_requantised(sum, q.count_include_pad ? kernel_size : valid, q);
+  const int64_t count = q.count_include_pad ? kernel_size : (r_hi - r_lo) * (k_hi - k_lo);
+  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q)));
 }
 
-// A float value clamped to Q's range and rounded half to even, still as a float: to_quantized(clamp_to(value)) in
-// float (the same result: the value and its bounds are exact in both), so that loops over channels vectorise.
+// The vectors of the requantisation's float pass (kernels/common/byte_lanes.h's lanes of bytes widened to int32
+// and float), for every path: Requantiser::span and the 3x3 rows.
 template <class Q>
-inline float rounded_output(float value) {
-  constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
-  constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-  constexpr float magic = kRoundMagicFloat;
-  value = qmin > value ? qmin : value;
-  value = qmax < value ? qmax : value;
-  return (value + magic) - magic;
-}
+struct RequantiseLanes : ByteLanes<Q> {
+  using Ints = typename ByteLanes<Q>::Ints;
+  using Floats = typename ByteLanes<Q>::Floats;
 
-// ORT's outputs (as ort_float_value_2d, rounded by rounded_output) of all `channels` values of the window at
-// output row oh, column col, into out: vectorised across the channels, divisions included.
-template <class Q>
-void ort_channel_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t col,
-                            const QLinearParams& q_in, int64_t kernel_size, float* out) {
-  const QLinearParams q = q_in;  // a local copy: the stores to out cannot alias it, so the loops vectorise
-  int64_t r_lo, r_hi, k_lo, k_hi;
-  p.rows.valid_range(oh, r_lo, r_hi);
-  p.cols.valid_range(col, k_lo, k_hi);
-  fill(out, channels, 0.0f);
-  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin, col0 = col * p.cols.stride - p.cols.pad_begin;
-  for (int64_t r = r_lo; r < r_hi; ++r) {
-    const Q* xr = x + ((row0 + r * p.rows.dilation) * p.cols.in + col0) * channels;
-    for (int64_t k = k_lo; k < k_hi; ++k) {
-      const Q* xk = xr + k * p.cols.dilation * channels;
-      for (int64_t c = 0; c < channels; ++c) out[c] += ort_dequantised(xk[c], q);
-    }
-  }
-  const int64_t valid = (r_hi - r_lo) * (k_hi - k_lo);
-  const int64_t count = q.count_include_pad ? kernel_size : valid;
-  for (int64_t c = 0; c < channels; ++c) out[c] = rounded_output<Q>(ort_requantised(out[c], count, q));
-}
-
-// Outputs of the marked elements of output row oh, columns [begin, begin + n) with `channels` interleaved,
-// evaluated as ort_float_value_2d does but vectorised: across the channels of a window (NHWC), or across the row
-// (one plane): with equal scales whole edge rows land on ties, and one window at a time would cost several times
-// the row's fast path. Each value adds the same terms in the same order as ort_float_value_2d. acc: scratch for
-// max(channels, n) floats.
-template <class Q>
-void ort_tie_outputs_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int64_t oh, int64_t begin, int64_t n,
-                        const QLinearParams& q_in, int64_t kernel_size, const uint8_t* mark, Q* y, float* acc) {
-  const QLinearParams q = q_in;  // a local copy: the stores to acc cannot alias it, so the loops vectorise
-  int64_t r_lo, r_hi;
-  p.rows.valid_range(oh, r_lo, r_hi);
-  const int64_t row0 = oh * p.rows.stride - p.rows.pad_begin;
-  auto count_of = [&](int64_t valid) { return q.count_include_pad ? kernel_size : valid; };
-  auto output = [](float value) { return to_quantized<Q>(clamp_to<Q>(static_cast<double>(value))); };
-  const AxisGeometry& cols = p.cols;
-  if (channels > 1) {
-    for (int64_t j = 0; j < n; ++j) {
-      const uint8_t* mj = mark + j * channels;
-      if (!any_marked(mj, channels)) continue;
-      ort_channel_outputs_2d(x, p, channels, oh, begin + j, q, kernel_size, acc);
-      Q* yj = y + j * channels;
-      for (int64_t c = 0; c < channels; ++c) yj[c] = mj[c] ? static_cast<Q>(static_cast<int32_t>(acc[c])) : yj[c];
-    }
-    return;
-  }
-  if (count_marked(mark, n) <= 4 || cols.kernel > cols.in) {  // a few windows (the edge columns): one at a time
-    for_each_marked(mark, n, [&](int64_t j) {
-      y[j] = to_quantized<Q>(clamp_to<Q>(ort_float_value_2d(x, p, 1, 0, oh, begin + j, q, kernel_size)));
-    });
-    return;
-  }
-  fill(acc, n, 0.0f);
-  for (int64_t r = r_lo; r < r_hi; ++r) {
-    const Q* xr = x + (row0 + r * p.rows.dilation) * cols.in;
-    for (int64_t k = 0; k < cols.kernel; ++k) {
-      // the columns j of [begin, begin + n) whose window's k-th element lies inside the row
-      const int64_t offset = k * cols.dilation - cols.pad_begin;
-      const int64_t j_lo = max_of(begin, offset >= 0 ? 0 : (-offset + cols.stride - 1) / cols.stride);
-      const int64_t j_hi = min_of(begin + n, offset >= cols.in ? 0 : (cols.in - 1 - offset) / cols.stride + 1);
-      for (int64_t j = j_lo; j < j_hi; ++j) {
-        acc[j - begin] += ort_dequantised(xr[j * cols.stride + offset], q);
-      }
-    }
-  }
-  for_each_marked(mark, n, [&](int64_t j) {
-    y[j] = output(ort_requantised(acc[j], count_of((r_hi - r_lo) * cols.valid_count(begin + j)), q));
-  });
-}
-
-// The vectors of the requantisation's float pass, written once on GCC's vector extensions for every path (the
-// separable passes' Requantiser::span and the one-pass 3x3 kernels), with the few conversions GCC's generic code
-// does lane by lane on x86-64 (bytes widened or narrowed) done by the instruction that does them at once. The
-// AVX-512 build uses the AVX2 width: the same, tested, code.
-template <class Q>
-struct RequantiseLanes {
-#if defined(__AVX2__)
-  static constexpr int kLength = 8;
-#else
-  static constexpr int kLength = 4;
-#endif
-  typedef int32_t Ints __attribute__((vector_size(kLength * 4)));
-  typedef float Floats __attribute__((vector_size(kLength * 4)));
-  typedef int16_t Shorts __attribute__((vector_size(kLength * 4)));  // twice the lanes, as wide as Ints
-  typedef Q Bytes __attribute__((vector_size(kLength)));
-  typedef Q WideBytes __attribute__((vector_size(kLength * 2)));
-  // unaligned views, for loads and stores of whole vectors
-  typedef Ints IntsAt __attribute__((aligned(1), may_alias));
-  typedef Floats FloatsAt __attribute__((aligned(1), may_alias));
-  typedef Shorts ShortsAt __attribute__((aligned(1), may_alias));
-
-  static Ints ints_at(const int32_t* p) { return *reinterpret_cast<const IntsAt*>(p); }
-  static Floats floats_at(const float* p) { return *reinterpret_cast<const FloatsAt*>(p); }
-  static Shorts shorts_at(const int16_t* p) { return *reinterpret_cast<const ShortsAt*>(p); }
-  static void store(int32_t* p, Ints v) { *reinterpret_cast<IntsAt*>(p) = v; }
-  static void store(float* p, Floats v) { *reinterpret_cast<FloatsAt*>(p) = v; }
-  static void store(int16_t* p, Shorts v) { *reinterpret_cast<ShortsAt*>(p) = v; }
-  static Ints iota() {
-    Ints v;
-    for (int k = 0; k < kLength; ++k) v[k] = k;
-    return v;
-  }
-  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
-    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
-  }
-  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
-
-  // Whether any lane of a mask (lanes 0 or all ones) is set.
-  static bool any(Ints m) {
-#if defined(__AVX2__)
-    return !_mm256_testz_si256(__m256i(m), __m256i(m));
-#else
-    uint64_t words[sizeof m / 8];
-    std::memcpy(words, &m, sizeof m);
-    uint64_t any = 0;
-    for (uint64_t w : words) any |= w;
-    return any != 0;
-#endif
-  }
-
-  // kLength elements from p as Ints, and 2 x kLength as Shorts.
-  static Ints widened(const Q* p) {
-#if defined(__AVX2__)
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
-#else
-    Bytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Ints);
-#endif
-  }
-  static Shorts widened_shorts(const Q* p) {
-#if defined(__AVX2__)
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return Shorts(std::is_signed_v<Q> ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
-#else
-    WideBytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Shorts);
-#endif
-  }
-  // The lower and upper kLength lanes of s, sign-extended.
-  static Ints low_half(Shorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(__m256i(s))));
-#else
-    return __builtin_convertvector(half_of(s, 0), Ints);
-#endif
-  }
-  static Ints high_half(Shorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(__m256i(s), 1)));
-#else
-    return __builtin_convertvector(half_of(s, 1), Ints);
-#endif
-  }
-  typedef int16_t HalfShorts __attribute__((vector_size(kLength * 2)));
-  static HalfShorts half_of(Shorts s, int h) {
-    HalfShorts out;
-    std::memcpy(&out, reinterpret_cast<const char*>(&s) + h * sizeof out, sizeof out);
-    return out;
-  }
-  static HalfShorts half_shorts_at(const int16_t* p) {
-    HalfShorts s;
-    std::memcpy(&s, p, sizeof s);
-    return s;
-  }
-  static Ints ints_of(HalfShorts s) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtepi16_epi32(__m128i(s)));
-#else
-    return __builtin_convertvector(s, Ints);
-#endif
-  }
-  static Ints ints_of_shorts(const int16_t* p) { return ints_of(half_shorts_at(p)); }
-
-  // value clamped to Q's range (as clamp_to; the value is never NaN), by maxps / minps where there are (GCC's
-  // selects for the generic form compare and blend)
+  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend)
   static Floats clamped(Floats value) {
     const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
     const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
@@ -371,8 +173,8 @@ struct RequantiseLanes {
 #endif
   }
 
-  // The float pass of Requantiser::element on each lane: difference x scale + y_zero, clamped and rounded, and
-  // marked (all ones) where it lies within kMarkBand of a tie, for the caller to settle.
+  // The float pass on each lane: difference x scale + y_zero, clamped and rounded, and marked (all ones) where it
+  // lies within kMarkBand of a tie, for the caller to settle.
   static Ints requantised(Ints difference, Floats scale, Floats y_zero, Ints& marked) {
     const Floats value = clamped(__builtin_convertvector(difference, Floats) * scale + y_zero);
     const Ints whole = rounded(value);
@@ -381,70 +183,24 @@ struct RequantiseLanes {
     return whole;
   }
 
-  // The rounding rule on each lane (as exact_decides): a marked lane takes the exact value, or ORT's where that
-  // lies on a tie (tie: all ones); an unmarked lane keeps the float pass's value (rounded).
-  static Ints resolved(Ints marks, Ints tie, Ints ort, Ints exact, Ints rounded) {
-    return select(marks, select(tie, ort, exact), rounded);
-  }
-
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
     return rounded(clamped(acc / count / y_scale + y_zero_point));
   }
-
-  // Whole values within Q's range (or marks 0 / 1) narrowed to bytes: one vector, or four.
-  static void narrow_one(Ints a, Q* out) {
-#if defined(__AVX2__)
-    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
-    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-#else
-    const Bytes b = __builtin_convertvector(a, Bytes);
-    std::memcpy(out, &b, sizeof b);
-#endif
-  }
-  template <class B>
-  static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
-#if defined(__AVX2__) || defined(__SSE2__)
-    constexpr bool kSigned = std::is_signed_v<B>;
-#endif
-#if defined(__AVX2__)
-    const __m256i ab = _mm256_packs_epi32(__m256i(a), __m256i(b));  // per 128-bit half: a, b
-    const __m256i cd = _mm256_packs_epi32(__m256i(c), __m256i(d));
-    const __m256i bytes = kSigned ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
-    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    std::memcpy(out, &ordered, sizeof ordered);
-#elif defined(__SSE2__)
-    typedef short Shorts8 __attribute__((vector_size(16)));
-    typedef char Bytes16 __attribute__((vector_size(16)));
-    const Shorts8 ab = __builtin_ia32_packssdw128(a, b);
-    const Shorts8 cd = __builtin_ia32_packssdw128(c, d);
-    const Bytes16 bytes = kSigned ? __builtin_ia32_packsswb128(ab, cd) : Bytes16(__builtin_ia32_packuswb128(ab, cd));
-    std::memcpy(out, &bytes, sizeof bytes);
-#else
-    typedef B Narrow __attribute__((vector_size(kLength)));
-    const Narrow parts[4] = {__builtin_convertvector(a, Narrow), __builtin_convertvector(b, Narrow),
-                             __builtin_convertvector(c, Narrow), __builtin_convertvector(d, Narrow)};
-    std::memcpy(out, parts, sizeof parts);
-#endif
-  }
 };
 
-// Window sums of up to this many elements fit int16 (128 x 255 = 32640; s8: 128 x 128), so the streamed and
-// whole-plane passes move half the bytes of int32 and the requantisation runs in float (see Requantiser).
+// Window sums of up to this many elements fit int16 (128 x 255 = 32640): half the bytes of int32, and float lanes.
 constexpr int64_t kShortSumKernel = 128;
 
-// The requantisation, written once: y = round((sum - zero_sum) * scale + y_zero_point), clamped, where per output
-// position zero_sum = x_zero_point * (elements in the window) and scale = x_scale / (y_scale * count).
-// With int16 sums the vectorised pass runs in float (twice the lanes of double): (sum - zero_sum) is exact in
-// float and the float value is within 8e-5 of the exact one wherever the clamp does not decide, so elements more
-// than 2e-4 from a tie round as the exact value does; those within 2e-4 (a superset of the 1e-4 tie band) are
-// marked and the caller settles them with exact() in double. Results equal the all-double evaluation.
-// Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair.
+// Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair; whether the float
+// pass marks the values near a tie, or skips the marks (none can occur).
 enum class Pattern { PerValue, Uniform };
-// Whether the float pass marks the values near a tie, or skips the marks (none can occur).
 enum class Marking { Gather, Skip };
 
+// The requantisation: y = round((sum - zero_sum) * scale + y_zero_point), clamped, zero_sum = x_zero_point x (the
+// window's elements), scale = x_scale / (y_scale x count). With int16 sums in float: (sum - zero_sum) is exact and
+// the value within 8e-5 of the exact one where the clamp does not decide, so values over 2e-4 from a tie round as
+// the exact value; those within (a superset of the 1e-4 tie band) are marked and settled. Wider sums: in double.
 template <class Q, class I>
 struct Requantiser {
   static constexpr bool kFloat = sizeof(I) == 2;
@@ -453,9 +209,8 @@ struct Requantiser {
   int32_t x_zero_point;
   int64_t kernel_size;
   bool count_include_pad;
-  // With int16 sums and x_scale == y_scale (ratio exactly 1) the exact value is y_zero_point + an integer / count
-  // (count <= kShortSumKernel): a value not on a tie lies at least 1 / (2 count) >= 0.004 from one, far outside
-  // the float pass's band, so the float pass marks exactly the values on a tie.
+  // With int16 sums and x_scale == y_scale the exact value is y_zero_point + an integer / count: not on a tie, at
+  // least 1 / (2 count) >= 0.004 from one, so the float pass marks exactly the values on a tie.
   bool marks_are_ties;
 
   Requantiser(const QLinearParams& q, int64_t kernel)
@@ -469,9 +224,8 @@ struct Requantiser {
       for (int64_t count = 1; count <= kernel_size; ++count) count_scale[count] = ratio / static_cast<double>(count);
     }
   }
-  // ratio / count for each count of a short kernel: exact() runs per marked element, and a division costs more
-  // than the rest of it (the same values as the division, so pattern() uses them too)
-  double count_scale[kFloat ? kShortSumKernel + 1 : 1] = {};
+  // ratio / count for each count of a short kernel (a division per settled value cost more than the rest of it)
+  double count_scale[kFloat ? kShortSumKernel + 1 : 1];  // [1, kernel_size] filled, the rest never read
 
   // x_scale / (y_scale * count) of a window holding `valid` input elements; 0 for a window without any
   double window_scale(int64_t valid) const {
@@ -485,54 +239,23 @@ struct Requantiser {
     scale = static_cast<Scale>(window_scale(valid));
   }
 
-  // The exact value (double, clamped) of a window sum over `valid` input elements.
-  double exact(I sum, int64_t valid) const {
-    return clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sum) - x_zero_point * valid) * window_scale(valid) +
-                       y_zero);
+  // The exact value (double, clamped) of a window over `valid` input elements whose sum less its zero sum is
+  // `difference`.
+  double exact_of_difference(int64_t difference, int64_t valid) const {
+    return clamp_to<Q>(static_cast<double>(difference) * window_scale(valid) + y_zero);
   }
 
-  // Settles the marked values of one position of `channels` values whose windows hold `valid` input elements,
-  // given ORT's outputs for them (ort: rounded floats): the exact value where it decides (as settle()), ORT's
-  // where it lies on a tie. Only the marked values, found eight marks at a time (a sixth of them with equal
-  // scales): across all channels, the mixed int16/double/byte loop stayed scalar and branchy on SSE2.
-  void settle_position(const I* sums, int64_t channels, int64_t valid, const float* ort, const uint8_t* mark,
-                       Q* y) const {
-    if (marks_are_ties) {  // ORT's value for every mark: a select across the channels, no branch per mark
-      for (int64_t c = 0; c < channels; ++c) y[c] = mark[c] ? static_cast<Q>(static_cast<int32_t>(ort[c])) : y[c];
-      return;
-    }
-    const int64_t zero = x_zero_point * valid;
-    const double scale = window_scale(valid);
-    for_each_marked(mark, channels, [&](int64_t c) {
-      const double v = clamp_to<Q>(static_cast<double>(static_cast<int64_t>(sums[c]) - zero) * scale + y_zero);
-      if (!exact_decides(v, y[c])) y[c] = static_cast<Q>(static_cast<int32_t>(ort[c]));
-    });
-  }
-
-  // One element, rounded; `marked` (0 or 1) when it lies in the band the caller must settle.
-  template <class Flag>
-  Q element(I sum, I zero_sum, Scale scale, Flag& marked) const {
-    if constexpr (kFloat) {
-      constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
-      constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-      constexpr float magic = kRoundMagicFloat;
-      float v = static_cast<float>(static_cast<int32_t>(sum) - static_cast<int32_t>(zero_sum)) * scale +
-                static_cast<float>(y_zero);
-      v = qmin > v ? qmin : v;
-      v = qmax < v ? qmax : v;
-      const float rounded = (v + magic) - magic;
-      marked = std::fabs(v - rounded) > kMarkBand;
-      return static_cast<Q>(static_cast<int32_t>(rounded));
-    } else {
-      const double v = clamp_to<Q>(static_cast<double>(sum - zero_sum) * scale + y_zero);
-      marked = near_tie(v);
-      return to_quantized<Q>(v);
-    }
+  // The rounding rule for a value the float pass marked, the one place every path settles one: the exact value
+  // where it decides, else ORT's output (ort(), only then evaluated). With marks_are_ties every mark is a tie.
+  template <class Ort>
+  int32_t settled(int64_t difference, int64_t valid, Ort&& ort) const {
+    Q y;
+    return !marks_are_ties && exact_decides(exact_of_difference(difference, valid), y) ? y : ort();
   }
 
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
   // must settle, and returns whether there are any. int16 sums: span() over stretches of values sharing
-  // zero_sum and scale; wider sums: run_chunks().
+  // zero_sum and scale; wider sums: run_wide().
   bool run(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
            uint8_t* mark) const {
     if constexpr (kFloat) {
@@ -560,7 +283,7 @@ struct Requantiser {
       }
       return any;
     }
-    return run_chunks(sums, zero_sum, scale, n, channels, y, mark);
+    return run_wide(sums, zero_sum, scale, n, channels, y, mark);
   }
 
   // Whether no window with this scale (window_scale) can hold a value on a tie, so that the float pass marks none
@@ -572,153 +295,91 @@ struct Requantiser {
     return std::lround(1.0 / static_cast<double>(scale)) % 2 == 1;
   }
 
-  // n values, as element() computes each (the same float operations, lane by lane, 4 vectors at a time): y,
-  // and a mark (0 or 1) per value; zero_sum and scale per value (Pattern::PerValue) or one pair for all. Returns
-  // whether any value is marked. Written with vector types and packs rather than left to the auto-vectoriser, whose
-  // code for element() spilled registers, blended, and narrowed int32 lanes to bytes one by one. With Marking::Skip
-  // (values that cannot be marked, see tie_free) only the rounding: the marks are cleared.
+  // n values through the float pass (RequantiseLanes::requantised), 4 vectors at a time, the rest through a
+  // padded copy: y, and a mark (0 or 1) per value; zero_sum and scale per value (Pattern::PerValue) or one pair for
+  // all. Returns whether any value is marked. With Marking::Skip (values that cannot be marked, see tie_free) only
+  // the rounding: the marks are cleared.
   template <Pattern kPattern, Marking kMarking>
   bool span(const I* sums, const I* zero_sum, const Scale* scale, I zero_sum_all, Scale scale_all, int64_t n, Q* y,
             uint8_t* mark) const {
     static_assert(kFloat);
     using Lanes = RequantiseLanes<Q>;
-    constexpr int kLength = Lanes::kLength;
+    constexpr int kLength = Lanes::kLength, kBlock = 4 * kLength;
     using Ints = typename Lanes::Ints;
     using Floats = typename Lanes::Floats;
-    typedef int16_t Shorts __attribute__((vector_size(kLength * 2)));
+    constexpr bool kPerValue = kPattern == Pattern::PerValue;
     const Floats zero_point = Floats{} + static_cast<float>(y_zero);
-    const Floats scale_v = Floats{} + scale_all;
-    // values [at, at + kLength): the rounded values as Ints, and the marks (all ones where marked)
-    auto lanes = [&](int64_t at, Ints& rounded_ints, Ints& marked) {
-      Shorts s;
-      std::memcpy(&s, sums + at, sizeof s);
-      Ints d = __builtin_convertvector(s, Ints);
-      Floats sc = scale_v;
-      if constexpr (kPattern == Pattern::PerValue) {
-        Shorts z;
-        std::memcpy(&z, zero_sum + at, sizeof z);
-        d -= __builtin_convertvector(z, Ints);
-        std::memcpy(&sc, scale + at, sizeof sc);
-      } else {
-        d -= static_cast<int32_t>(zero_sum_all);
-      }
-      rounded_ints = Lanes::requantised(d, sc, zero_point, marked);
-    };
     Ints any{};
+    auto block = [&](const I* s, const I* z, const Scale* sc, Q* out, uint8_t* m) {
+      Ints rounded[4], marked[4];
+      for (int v = 0; v < 4; ++v) {
+        Ints difference = Lanes::ints_of(Lanes::half_shorts_at(s + v * kLength)) - static_cast<int32_t>(zero_sum_all);
+        Floats scale_v = Floats{} + scale_all;
+        if constexpr (kPerValue) {
+          difference -= Lanes::ints_of(Lanes::half_shorts_at(z + v * kLength));
+          scale_v = Lanes::floats_at(sc + v * kLength);
+        }
+        rounded[v] = Lanes::requantised(difference, scale_v, zero_point, marked[v]);
+      }
+      Lanes::narrow(rounded[0], rounded[1], rounded[2], rounded[3], out);
+      if constexpr (kMarking == Marking::Gather) {
+        any |= (marked[0] | marked[1]) | (marked[2] | marked[3]);
+        Lanes::narrow(marked[0] & 1, marked[1] & 1, marked[2] & 1, marked[3] & 1, m);
+      }
+    };
     int64_t i = 0;
-    if constexpr (kMarking == Marking::Skip) {
-      for (; i + 4 * kLength <= n; i += 4 * kLength) {
-        Ints r0, r1, r2, r3, m;
-        lanes(i, r0, m);
-        lanes(i + kLength, r1, m);
-        lanes(i + 2 * kLength, r2, m);
-        lanes(i + 3 * kLength, r3, m);
-        Lanes::narrow(r0, r1, r2, r3, y + i);
+    for (; i + kBlock <= n; i += kBlock) {
+      block(sums + i, kPerValue ? zero_sum + i : nullptr, kPerValue ? scale + i : nullptr, y + i, mark + i);
+    }
+    if (i < n) {  // padded with values of difference 0 (y_zero_point, never marked)
+      const size_t rest = static_cast<size_t>(n - i);
+      I s[kBlock], z[kBlock] = {};
+      Scale sc[kBlock] = {};
+      Q out[kBlock];
+      uint8_t m[kBlock];
+      fill(s, kBlock, zero_sum_all);
+      std::memcpy(s, sums + i, rest * sizeof(I));
+      if constexpr (kPerValue) {
+        std::memcpy(z, zero_sum + i, rest * sizeof(I));
+        std::memcpy(sc, scale + i, rest * sizeof(Scale));
       }
-      for (; i < n; ++i) {
-        uint8_t unused;
-        y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
-                       kPattern == Pattern::PerValue ? scale[i] : scale_all, unused);
-      }
-      std::memset(mark, 0, static_cast<size_t>(n));
-      return false;
+      block(s, z, sc, out, m);
+      std::memcpy(y + i, out, rest);
+      if constexpr (kMarking == Marking::Gather) std::memcpy(mark + i, m, rest);
     }
-    for (; i + 4 * kLength <= n; i += 4 * kLength) {
-      Ints r0, r1, r2, r3, m0, m1, m2, m3;
-      lanes(i, r0, m0);
-      lanes(i + kLength, r1, m1);
-      lanes(i + 2 * kLength, r2, m2);
-      lanes(i + 3 * kLength, r3, m3);
-      Lanes::narrow(r0, r1, r2, r3, y + i);
-      const Ints m = (m0 | m1) | (m2 | m3);
-      any |= m;
-      Lanes::narrow(m0 & 1, m1 & 1, m2 & 1, m3 & 1, mark + i);
-    }
-    int32_t flags = 0;
-    for (int k = 0; k < kLength; ++k) flags |= any[k];
-    for (; i < n; ++i) {
-      y[i] = element(sums[i], kPattern == Pattern::PerValue ? zero_sum[i] : zero_sum_all,
-                     kPattern == Pattern::PerValue ? scale[i] : scale_all, mark[i]);
-      flags |= mark[i];
-    }
-    return flags != 0;
+    if constexpr (kMarking == Marking::Skip) std::memset(mark, 0, static_cast<size_t>(n));
+    return Lanes::any(any);
   }
 
-  // run() for int32/int64 sums (double arithmetic), in chunks: while chunks carry no marks, the vectorised loop
-  // keeps only a flag in int32 lanes and a flagged chunk gets its
-  // marks from a second loop; after a flagged chunk the next chunk stores its marks directly.
-  bool run_chunks(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
-                  uint8_t* mark) const {
-    bool any = false, last_flagged = false;
-    // elements [begin, end) of a stretch sharing zero_sum_of / scale_of (per element, or one position's)
-    auto chunk = [&](const I* s, auto&& zero_sum_of, auto&& scale_of, Q* out, uint8_t* m, int64_t begin, int64_t end) {
-      if (last_flagged) {
-        uint8_t flags = 0;
-        for (int64_t i = begin; i < end; ++i) {
-          out[i] = element(s[i], zero_sum_of(i), scale_of(i), m[i]);
-          flags |= m[i];
-        }
-        last_flagged = flags != 0;
-      } else {
-        int32_t flags = 0;
-        for (int64_t i = begin; i < end; ++i) {
-          int32_t f;
-          out[i] = element(s[i], zero_sum_of(i), scale_of(i), f);
-          flags |= f;
-        }
-        last_flagged = flags != 0;
-        if (last_flagged) {
-          for (int64_t i = begin; i < end; ++i) element(s[i], zero_sum_of(i), scale_of(i), m[i]);
-        } else {
-          std::memset(m + begin, 0, static_cast<size_t>(end - begin));
-        }
-      }
-      any |= last_flagged;
-    };
-    constexpr int64_t kChunk = 64;
-    if (channels == 1) {
-      auto zs = [&](int64_t i) { return zero_sum[i]; };
-      auto sc = [&](int64_t i) { return scale[i]; };
-      for (int64_t begin = 0; begin < n; begin += kChunk)
-        chunk(sums, zs, sc, y, mark, begin, min_of(n, begin + kChunk));
-      return any;
-    }
+  // run() for int32/int64 sums, in double: each value as the exact value, marked where near_tie.
+  bool run_wide(const I* sums, const I* zero_sum, const Scale* scale, int64_t n, int64_t channels, Q* y,
+                uint8_t* mark) const {
+    int32_t any = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const I zs = zero_sum[i];
-      const Scale sc = scale[i];
-      const int64_t at = i * channels;
-      for (int64_t begin = 0; begin < channels; begin += kChunk) {
-        chunk(
-            sums + at, [&](int64_t) { return zs; }, [&](int64_t) { return sc; }, y + at, mark + at, begin,
-            min_of(channels, begin + kChunk));
+      for (int64_t e = i * channels; e < (i + 1) * channels; ++e) {
+        const double v = clamp_to<Q>(static_cast<double>(sums[e] - zero_sum[i]) * scale[i] + y_zero);
+        const int32_t marked = near_tie(v);
+        y[e] = to_quantized<Q>(v);
+        mark[e] = static_cast<uint8_t>(marked);
+        any |= marked;
       }
     }
-    return any;
-  }
-
-  // Settles the marked elements the exact value decides (writes y, clears the mark) and returns how many stay
-  // marked: those within the tie band, left for ORT's float evaluation. n positions of `channels` values;
-  // valid_of(i): elements in position i's windows. Position by position, so no division per element.
-  template <class Valid>
-  int64_t settle(const I* sums, int64_t n, int64_t channels, uint8_t* mark, Q* y, Valid&& valid_of) const {
-    int64_t ties = 0;
-    auto one = [&](int64_t e, int64_t valid) {
-      if (exact_decides(exact(sums[e], valid), y[e])) {
-        mark[e] = 0;
-      } else {
-        ++ties;
-      }
-    };
-    if (channels == 1) {
-      for_each_marked(mark, n, [&](int64_t i) { one(i, valid_of(i)); });
-      return ties;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t at = i * channels;
-      if (!any_marked(mark + at, channels)) continue;
-      const int64_t valid = valid_of(i);
-      for_each_marked(mark + at, channels, [&](int64_t c) { one(at + c, valid); });
-    }
-    return ties;
+    return any != 0;
   }
 };
+
+// The float pass's marked values of n positions of `channels` values (mark: see Requantiser::run) settled by
+// Requantiser::settled: valid_of(i), the elements of position i's windows; ort(i, c), ORT's output.
+template <class Q, class I, class Valid, class Ort>
+void settle_marked(const Requantiser<Q, I>& r, const I* sums, int64_t n, int64_t channels, const uint8_t* mark, Q* y,
+                   Valid&& valid_of, Ort&& ort) {
+  for_each_marked(mark, n * channels, [&](int64_t e) {
+    const int64_t i = e / channels, valid = valid_of(i);
+    y[e] = static_cast<Q>(r.settled(static_cast<int64_t>(sums[e]) - r.x_zero_point * valid, valid,
+                                    [&] { return ort(i, e - i * channels); }));
+  });
+}
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

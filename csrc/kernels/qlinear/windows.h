@@ -1,11 +1,16 @@
 // Byte-specific window sums of QLinearAveragePool: NCHW planes summed as flat arrays.
-// Included by qlinear_pool.h, so it is part of the per-ISA kernels (namespace onnx_pools::ONNX_POOLS_ISA::{anon}).
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
-#include "kernels/kernels.h"
+#include "kernels/common/window_geometry.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
 
 // Whether a plane's window sums can be taken as flat passes (flat_plane_sums): 2-D, stride 1 and no dilation on
 // both axes, kernels within the plane and outputs as large as the input (pads adding up to kernel - 1, as
@@ -37,8 +42,6 @@ void flat_plane_sums(const Q* x, I* rows_sum, I* dst, const PoolGeometry& g) {
   const Q* xs = x - pw;
   if (kw == 3) {
     for (int64_t i = lo; i < hi; ++i) rows_sum[i] = static_cast<I>((I(xs[i]) + I(xs[i + 1])) + I(xs[i + 2]));
-  } else if (kw == 2) {
-    for (int64_t i = lo; i < hi; ++i) rows_sum[i] = static_cast<I>(I(xs[i]) + I(xs[i + 1]));
   } else {
     for (int64_t i = lo; i < hi; ++i) rows_sum[i] = I(xs[i]);
     for (int64_t k = 1; k < kw; ++k) {
@@ -88,3 +91,7 @@ void flat_plane_sums(const Q* x, I* rows_sum, I* dst, const PoolGeometry& g) {
   for (int64_t r = 0; r < min_of(top, h); ++r) edge_row(r);
   for (int64_t r = max_of(bottom, top); r < h; ++r) edge_row(r);
 }
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

@@ -1,0 +1,157 @@
+// Lanes of bytes (int8 or uint8) widened to int16 and int32 and narrowed back, on GCC's vector extensions, with the
+// conversions GCC's generic code does lane by lane on x86-64 done by the instruction that does them at once. 8
+// lanes of int32 with AVX2 (the AVX-512 build too: the same, tested, code), 4 otherwise (SSE2, NEON).
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/common/per_isa.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
+
+template <class Q>
+struct ByteLanes {
+#if defined(__AVX2__)
+  static constexpr int kLength = 8;
+#else
+  static constexpr int kLength = 4;
+#endif
+  typedef int32_t Ints __attribute__((vector_size(kLength * 4)));
+  typedef float Floats __attribute__((vector_size(kLength * 4)));
+  typedef int16_t Shorts __attribute__((vector_size(kLength * 4)));  // twice the lanes, as wide as Ints
+  typedef Q Bytes __attribute__((vector_size(kLength)));
+  typedef Q WideBytes __attribute__((vector_size(kLength * 2)));
+  // unaligned views, for loads and stores of whole vectors
+  typedef Floats FloatsAt __attribute__((aligned(1), may_alias));
+  typedef Shorts ShortsAt __attribute__((aligned(1), may_alias));
+
+  static Floats floats_at(const float* p) { return *reinterpret_cast<const FloatsAt*>(p); }
+  static Shorts shorts_at(const int16_t* p) { return *reinterpret_cast<const ShortsAt*>(p); }
+  static void store(int16_t* p, Shorts v) { *reinterpret_cast<ShortsAt*>(p) = v; }
+  static Ints iota() {
+    Ints v;
+    for (int k = 0; k < kLength; ++k) v[k] = k;
+    return v;
+  }
+  static Floats select(Ints mask, Floats if_set, Floats if_clear) {
+    return Floats((mask & Ints(if_set)) | (~mask & Ints(if_clear)));
+  }
+  static Ints select(Ints mask, Ints if_set, Ints if_clear) { return (mask & if_set) | (~mask & if_clear); }
+
+  // Whether any lane of a mask (lanes 0 or all ones) is set.
+  static bool any(Ints m) {
+#if defined(__AVX2__)
+    return !_mm256_testz_si256(__m256i(m), __m256i(m));
+#else
+    uint64_t words[sizeof m / 8];
+    std::memcpy(words, &m, sizeof m);
+    uint64_t any = 0;
+    for (uint64_t w : words) any |= w;
+    return any != 0;
+#endif
+  }
+
+  // kLength elements from p as Ints, and 2 x kLength as Shorts.
+  static Ints widened(const Q* p) {
+#if defined(__AVX2__)
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return Ints(std::is_signed_v<Q> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#else
+    Bytes b;
+    std::memcpy(&b, p, sizeof b);
+    return __builtin_convertvector(b, Ints);
+#endif
+  }
+  static Shorts widened_shorts(const Q* p) {
+#if defined(__AVX2__)
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return Shorts(std::is_signed_v<Q> ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
+#else
+    WideBytes b;
+    std::memcpy(&b, p, sizeof b);
+    return __builtin_convertvector(b, Shorts);
+#endif
+  }
+  // The lower and upper kLength lanes of s, sign-extended.
+  static Ints low_half(Shorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(__m256i(s))));
+#else
+    return __builtin_convertvector(half_of(s, 0), Ints);
+#endif
+  }
+  static Ints high_half(Shorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(__m256i(s), 1)));
+#else
+    return __builtin_convertvector(half_of(s, 1), Ints);
+#endif
+  }
+  typedef int16_t HalfShorts __attribute__((vector_size(kLength * 2)));
+  static HalfShorts half_of(Shorts s, int h) {
+    HalfShorts out;
+    std::memcpy(&out, reinterpret_cast<const char*>(&s) + h * sizeof out, sizeof out);
+    return out;
+  }
+  static HalfShorts half_shorts_at(const int16_t* p) {
+    HalfShorts s;
+    std::memcpy(&s, p, sizeof s);
+    return s;
+  }
+  static Ints ints_of(HalfShorts s) {
+#if defined(__AVX2__)
+    return Ints(_mm256_cvtepi16_epi32(__m128i(s)));
+#else
+    return __builtin_convertvector(s, Ints);
+#endif
+  }
+
+  // Whole values within Q's range (or 0 / 1) narrowed to bytes: one vector, or four.
+  static void narrow_one(Ints a, Q* out) {
+#if defined(__AVX2__)
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(__m256i(a)), _mm256_extracti128_si256(__m256i(a), 1));
+    const __m128i bytes = std::is_signed_v<Q> ? _mm_packs_epi16(halves, halves) : _mm_packus_epi16(halves, halves);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+#else
+    const Bytes b = __builtin_convertvector(a, Bytes);
+    std::memcpy(out, &b, sizeof b);
+#endif
+  }
+  template <class B>
+  static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
+#if defined(__AVX2__) || defined(__SSE2__)
+    constexpr bool kSigned = std::is_signed_v<B>;
+#endif
+#if defined(__AVX2__)
+    const __m256i ab = _mm256_packs_epi32(__m256i(a), __m256i(b));  // per 128-bit half: a, b
+    const __m256i cd = _mm256_packs_epi32(__m256i(c), __m256i(d));
+    const __m256i bytes = kSigned ? _mm256_packs_epi16(ab, cd) : _mm256_packus_epi16(ab, cd);
+    const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    std::memcpy(out, &ordered, sizeof ordered);
+#elif defined(__SSE2__)
+    typedef short Shorts8 __attribute__((vector_size(16)));
+    typedef char Bytes16 __attribute__((vector_size(16)));
+    const Shorts8 ab = __builtin_ia32_packssdw128(a, b);
+    const Shorts8 cd = __builtin_ia32_packssdw128(c, d);
+    const Bytes16 bytes = kSigned ? __builtin_ia32_packsswb128(ab, cd) : Bytes16(__builtin_ia32_packuswb128(ab, cd));
+    std::memcpy(out, &bytes, sizeof bytes);
+#else
+    typedef B Narrow __attribute__((vector_size(kLength)));
+    const Narrow parts[4] = {__builtin_convertvector(a, Narrow), __builtin_convertvector(b, Narrow),
+                             __builtin_convertvector(c, Narrow), __builtin_convertvector(d, Narrow)};
+    std::memcpy(out, parts, sizeof parts);
+#endif
+  }
+};
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools

@@ -1,0 +1,397 @@
+// QLinearAveragePool with 3x3 windows, stride 1, pads 1 (Inception's and TFLite's average pool), NCHW planes and
+// NHWC images alike: an output row is a run of n = W x d values whose horizontal neighbours lie d apart (d = 1 in a
+// plane, C in an image), so one row kernel serves both. Per row: the three input rows summed vertically (int16,
+// less x_zero_point per element so that pads add 0), then each window adds the column sums at i - d, i and i + d,
+// requantised by the float pass (RequantiseLanes::requantised) and its marks settled by the rule of requantise.h.
+// A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/common/per_isa.h"
+#include "kernels/common/scratch.h"
+#include "kernels/common/simd.h"
+#include "kernels/common/window_geometry.h"
+#include "kernels/kernels.h"
+#include "kernels/qlinear/requantise.h"
+
+namespace onnx_pools {
+namespace ONNX_POOLS_ISA {
+namespace {
+
+// The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter). Taken with
+// 8 lanes, and on NEON: with SSE2's 4 the general path's flat passes are faster.
+constexpr int kRowLanes = RequantiseLanes<uint8_t>::kLength;
+#if defined(__ARM_NEON)
+constexpr bool kRows3x3 = true;
+#else
+constexpr bool kRows3x3 = kRowLanes == 8;
+#endif
+
+// Which neighbour rows the windows of an output row have (above, below, both or neither: a one-row input).
+enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
+constexpr bool has_above(WindowRows w) { return w == WindowRows::Both || w == WindowRows::AboveOnly; }
+constexpr bool has_below(WindowRows w) { return w == WindowRows::Both || w == WindowRows::BelowOnly; }
+constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); }
+
+// How the float pass's marks of a kind of window are handled: never marked (None), now and then (Rare: a vector
+// with marks is settled), or, with equal scales and an even count, a sixth of them on ties, where ORT's value
+// decides every value (OrtOnly: within 3e-4 of the exact value, which, not on a tie, is at least 1/18 from one).
+enum class Ties { None, Rare, OrtOnly };
+
+template <class Q>
+class Rows3x3Pool {
+  using Lanes = RequantiseLanes<Q>;
+  static constexpr int kLength = kRowLanes;
+  static constexpr int64_t kStep = 4 * kLength;  // values per step of the middle: the four vectors Lanes::narrow packs
+  using Ints = typename Lanes::Ints;
+  using Floats = typename Lanes::Floats;
+  using Shorts = typename Lanes::Shorts;
+
+ public:
+  static bool applies(const PoolGeometry& g, int64_t channels) {
+    if (!kRows3x3 || g.axes.size() != 2) return false;
+    for (const AxisGeometry& a : g.axes) {
+      if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
+    }
+    // a row of at least one vector of column sums; shorter NCHW planes go faster through the general path
+    if (channels == 1) return g.axes[1].in >= kStep && g.axes[0].in >= 3;
+    return g.axes[1].in * channels >= 2 * kLength;
+  }
+
+  Rows3x3Pool(const PoolGeometry& g, const QLinearParams& q, int64_t channels)
+      : q_(q),
+        requantiser_(q, g.kernel_size),
+        h_(g.axes[0].in),
+        w_(g.axes[1].in),
+        d_(channels),
+        n_(w_ * channels),
+        stride_(n_ + 2 * d_),
+        memory_(layout(nullptr), ScratchFill::Zeroed) {
+    layout(memory_.as<char>());
+    const bool equal = requantiser_.marks_are_ties;
+    const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
+    const bool* marks = equal ? nullptr : mark_table().marks;  // a thread-local: looked up once
+    Ties kind[4][4] = {};                                      // [rows][columns] of a window
+    for (int rows = 1; rows <= 3; ++rows) {
+      for (int cols = 1; cols <= 3; ++cols) {
+        scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
+        const bool odd = q.count_include_pad || rows * cols % 2 == 1;  // count 9, or the window's elements
+        const Ties even = ort_decides ? Ties::OrtOnly : Ties::Rare;
+        kind[rows][cols] = equal ? (odd ? Ties::None : even) : marks[rows * cols] ? Ties::Rare : Ties::None;
+      }
+      middle_[rows] = kind[rows][3];
+      // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
+      Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
+      if (edge == Ties::OrtOnly && d_ < kLength) {  // a few lanes of a vector: taken down the rows (edge_columns)
+        edge_columns_ = true;
+        edge = Ties::None;
+      }
+      edge_[rows] = max_of(edge, middle_[rows]);  // Ties are ordered: a vector mixing kinds takes the last
+      for (int side = 0; side < 2; ++side) {
+        for (int64_t k = 0; k < d_ + kLength; ++k) {
+          const int64_t at = side == 0 ? k : n_ - d_ - kLength + k;
+          if (at < 0 || at >= n_) continue;
+          const int cols = 1 + (at >= d_) + (at < n_ - d_);
+          edge_lanes(rows, side, 0)[k] = scale_[rows][cols];
+          edge_lanes(rows, side, 1)[k] = static_cast<float>(q.count_include_pad ? 9 : rows * cols);
+        }
+      }
+    }
+  }
+
+  void run(const Q* x, Q* y, int64_t units) {
+    for (int64_t u = 0; u < units; ++u, x += h_ * n_, y += h_ * n_) {
+      for (int slot = 0; slot < 3; ++slot) whole_row_[slot] = edges_row_[slot] = -1;
+      if (h_ == 1) rows<WindowRows::Neither>(x, y, 0, 1);
+      if (h_ > 1) rows<WindowRows::BelowOnly>(x, y, 0, 1);
+      rows<WindowRows::Both>(x, y, 1, h_ - 1);  // (none when h < 3)
+      if (h_ > 1) rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
+      if (edge_columns_) edge_columns(x, y);
+    }
+  }
+
+ private:
+  // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
+  // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
+  __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
+    const int64_t h = h_, n = n_, stride = h + 2 + kLength;
+    float* left = columns_;
+    float* right = left + stride;
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    for (int64_t p = 0; p < 2 * d_; ++p) {
+      const int64_t at = p < d_ ? p : n - 2 * d_ + p;  // the value, and its window's left column
+      const int64_t first = p < d_ ? at : at - d_;
+      for (int64_t r = 0; r < h; ++r) {
+        left[r + 1] = ort_dequantised(x[r * n + first], q_);
+        right[r + 1] = ort_dequantised(x[r * n + first + d_], q_);
+      }
+      for (int64_t r0 = 0;; r0 += kLength) {
+        r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
+        Floats acc{};
+        for (int t = 0; t < 3; ++t) {
+          acc = acc + Lanes::floats_at(left + r0 + t);
+          acc = acc + Lanes::floats_at(right + r0 + t);
+        }
+        const Ints row = Lanes::iota() + static_cast<int32_t>(r0);
+        const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
+        const Ints out = Lanes::ort_rounded(acc, count_of(1, rows_valid * 2), y_scale, y_zero_point);
+        for (int k = 0; k < min_of<int64_t>(kLength, h - r0); ++k) y[(r0 + k) * n + at] = static_cast<Q>(out[k]);
+        if (r0 + kLength >= h) break;
+      }
+    }
+  }
+
+  template <WindowRows kRows>
+  void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
+    const Ties middle = middle_[row_count(kRows)], edge = edge_[row_count(kRows)];
+    if (middle != Ties::None) {
+      return middle == Ties::Rare ? rows<kRows, Ties::Rare, Ties::Rare>(x, y, begin, end)
+                                  : rows<kRows, Ties::OrtOnly, Ties::OrtOnly>(x, y, begin, end);
+    }
+    switch (edge) {
+      case Ties::None: return rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
+      case Ties::Rare: return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
+      case Ties::OrtOnly: return rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
+    }
+  }
+
+  // Output rows [begin, end), which share which neighbour rows they have; kMiddle: the marks of the windows of
+  // three columns, kEdge: of the vectors reaching the first or last d values (windows of fewer columns), whose
+  // lanes take their scale and ORT's divisor from edge_lanes.
+  template <WindowRows kRows, Ties kMiddle, Ties kEdge>
+  __attribute__((noinline)) void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
+    constexpr int rows_valid = row_count(kRows);
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats scale = Floats{} + scale_[rows_valid][3];
+    const Floats count = count_of(rows_valid, Ints{} + 3);
+    const int64_t n = n_, d = d_, middle_end = n_ - d_, right = n_ - d_ - kLength;
+    const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
+    const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
+    if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
+    for (int64_t r = begin; r < end; ++r) {
+      // the next row's sums first: loaded right after their stores, they waited for them
+      if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
+      const int16_t* sums = row_sums(r);
+      Q* yr = y + r * n;
+      const float* const* rows_f =  // where every vector of the middle or of the edges needs them
+          kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
+      // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
+      auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
+        return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
+      };
+      // the kLength values from i: the float pass, or ORT's value alone
+      auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
+        Ints out;
+        if (ties == Ties::OrtOnly) {
+          out = ort_values(rows_f, i, count_i);
+        } else {
+          const Ints difference = window_sums8(sums, i);
+          Ints marked;
+          out = Lanes::requantised(difference, scale_i, zero_point, marked);
+          if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
+        }
+        Lanes::narrow_one(out, yr + i);
+      };
+      auto edge = [&](int64_t i) __attribute__((always_inline)) {
+        i = min_of(i, n - kLength);
+        const int side = i < d ? 0 : 1;
+        const int64_t k = side == 0 ? i : i - right;
+        one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
+      };
+      int64_t i = 0;
+      for (; i < d; i += kLength) edge(i);
+      for (; i + kStep <= middle_end; i += kStep) {
+        Ints out[4];
+        if constexpr (kMiddle == Ties::OrtOnly) {
+          for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
+        } else {
+          const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+          const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
+          Ints marked[4];
+          for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
+          if constexpr (kMiddle == Ties::Rare) {
+            if (__builtin_expect(Lanes::any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
+              for (int v = 0; v < 4; ++v) {
+                if (Lanes::any(marked[v])) out[v] = settle(i + v * kLength, difference[v], marked[v], out[v]);
+              }
+            }
+          }
+        }
+        Lanes::narrow(out[0], out[1], out[2], out[3], yr + i);
+      }
+      for (; i + kLength <= middle_end; i += kLength) one(i, kMiddle, scale, count);
+      for (; i < n; i += kLength) edge(i);
+    }
+  }
+
+  // Per row kind and side (the first or last d + kLength values), the lanes' scales (what 0) or ORT's divisors (1).
+  float* edge_lanes(int rows_valid, int side, int what) {
+    return edges_ + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
+  }
+
+  // ORT's divisor per lane: 9 with count_include_pad, else the window's elements
+  Floats count_of(int rows_valid, Ints columns) const {
+    return q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
+  }
+
+  // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength), with ORT's outputs.
+  __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
+                                         Ints marks, Ints rounded) const {
+    const Ints at = Lanes::iota() + static_cast<int32_t>(i);
+    const Ints columns = Ints{} + 1 - (at >= static_cast<int32_t>(d_)) - (at < static_cast<int32_t>(n_ - d_));
+    const Ints ort = ort_values(rows_f, i, count_of(rows_valid, columns));
+    Ints out = rounded;
+    for (int k = 0; k < kLength; ++k) {
+      if (marks[k]) out[k] = requantiser_.settled(difference[k], rows_valid * columns[k], [&] { return ort[k]; });
+    }
+    return out;
+  }
+
+  // ORT's output (as ort_output) of the windows of values [i, i + kLength) of a row, from its three window rows
+  // dequantised (rows_f; d zeros on each side, a row of zeros for one outside the input): the nine terms added in
+  // row-major window order, each pad's 0 included, which leaves ORT's sum as it is.
+  Ints ort_values(const float* const* rows_f, int64_t i, Floats count) const {
+    Floats acc{};
+    for (int t = 0; t < 3; ++t) {
+      const float* f = rows_f[t] + i;
+      acc = acc + Lanes::floats_at(f - d_);
+      acc = acc + Lanes::floats_at(f);
+      acc = acc + Lanes::floats_at(f + d_);
+    }
+    return Lanes::ort_rounded(acc, count, Floats{} + q_.y_scale, static_cast<float>(q_.y_zero_point));
+  }
+
+  // Input rows r - 1 .. r + 1 dequantised as ORT does (ort_dequantised), those outside the input a row of zeros:
+  // whole, or only the values the edge vectors read. Each row once per unit (a ring of three, tagged by row).
+  const float* const* dequantised_rows(const Q* x, int64_t r, WindowRows kind, bool whole) {
+    for (int t = 0; t < 3; ++t) {
+      const int64_t row = r - 1 + t, slot = row % 3;
+      if ((t == 0 && !has_above(kind)) || (t == 2 && !has_below(kind))) {
+        window_rows_[t] = floats_ + 3 * stride_ + d_;
+        continue;
+      }
+      float* f = floats_ + slot * stride_ + d_;
+      window_rows_[t] = f;
+      if (whole_row_[slot] == row || (!whole && edges_row_[slot] == row)) continue;
+      const Q* xr = x + row * n_;
+      if (whole) {
+        dequantise(xr, f, 0, n_);
+        whole_row_[slot] = row;
+      } else {
+        // an edge vector reads up to d past its lanes; its first lane is below d or above n - d - kLength
+        const int64_t reach = min_of(n_, 2 * d_ + kLength);
+        dequantise(xr, f, 0, reach);
+        dequantise(xr, f, n_ - reach, n_);
+        whole_row_[slot] = -1;
+      }
+      edges_row_[slot] = row;
+    }
+    return window_rows_;
+  }
+
+  // f[j] = ORT's dequantised xr[j] for j in [begin, end) (at least kLength values), the last vector moved back.
+  void dequantise(const Q* xr, float* f, int64_t begin, int64_t end) const {
+    const Floats x_scale = Floats{} + q_.x_scale;
+    for (int64_t j = begin;; j += kLength) {
+      j = min_of(j, end - kLength);
+      const Floats v = x_scale * __builtin_convertvector(Lanes::widened(xr + j) - q_.x_zero_point, Floats);
+      std::memcpy(f + j, &v, sizeof v);
+      if (j + kLength >= end) break;
+    }
+  }
+
+  // out[i], i in [0, n): value i summed over the window rows of the row at xr, less x_zero_point per row. In int16
+  // (at most 3 x 255), a vector of Shorts at a time, the last moved back to end at n.
+  template <WindowRows kRows>
+  void column_sums(const Q* xr, int16_t* out) const {
+    constexpr int64_t kShorts = 2 * kLength;
+    const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * row_count(kRows));
+    const int64_t n = n_;
+    for (int64_t i = 0;; i += kShorts) {
+      i = min_of<int64_t>(i, n - kShorts);
+      Shorts s = Lanes::widened_shorts(xr + i) - zero_sum;
+      if constexpr (has_above(kRows)) s += Lanes::widened_shorts(xr + i - n);
+      if constexpr (has_below(kRows)) s += Lanes::widened_shorts(xr + i + n);
+      Lanes::store(out + i, s);
+      if (i + kShorts >= n) break;
+    }
+  }
+
+  // Output row r's column sums, d zeros on each side: two rows' buffers, used in turn.
+  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * stride_ + d_; }
+
+  // Points the arrays into the zeroed scratch at base (nullptr: nowhere). Returns the bytes they take.
+  size_t layout(char* base) {
+    Carve c{base};
+    column_sums_ = c.take<int16_t>(2 * stride_);
+    floats_ = c.take<float>(4 * stride_);
+    edges_ = c.take<float>(12 * (d_ + kLength));
+    columns_ = c.take<float>(2 * (h_ + 2 + kLength));
+    return c.bytes;
+  }
+
+  // The windows' sums less their zero sums of values [i, i + 2 kLength) of a row, in int16 (at most 9 x 255), and
+  // of [i, i + kLength) widened to int32.
+  Shorts window_sums16(const int16_t* sums, int64_t i) const {
+    return (Lanes::shorts_at(sums + i - d_) + Lanes::shorts_at(sums + i)) + Lanes::shorts_at(sums + i + d_);
+  }
+  Ints window_sums8(const int16_t* sums, int64_t i) const {
+    return Lanes::ints_of((Lanes::half_shorts_at(sums + i - d_) + Lanes::half_shorts_at(sums + i)) +
+                          Lanes::half_shorts_at(sums + i + d_));
+  }
+
+  // Whether the float pass marks any window of `valid` elements (1..9): every sum it can hold tried, once per
+  // thread and parameters (ORT's thread pool calls the kernel per chunk of a few units).
+  struct MarkTable {
+    float x_scale = 0, y_scale = 0;
+    int32_t x_zero_point = 0, y_zero_point = 0, count_include_pad = -1;  // -1: nothing yet
+    bool marks[10] = {};
+  };
+  const MarkTable& mark_table() const {
+    thread_local MarkTable table;
+    const QLinearParams& q = q_;
+    if (table.x_scale == q.x_scale && table.y_scale == q.y_scale && table.x_zero_point == q.x_zero_point &&
+        table.y_zero_point == q.y_zero_point && table.count_include_pad == q.count_include_pad) {
+      return table;
+    }
+    table = {q.x_scale, q.y_scale, q.x_zero_point, q.y_zero_point, q.count_include_pad, {}};
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    for (int valid = 1; valid <= 9; ++valid) {
+      const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q.x_zero_point);
+      const int32_t highest = valid * (std::numeric_limits<Q>::max() - q.x_zero_point);
+      const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
+      Ints any{};
+      for (int32_t s = lowest; s <= highest; s += kLength) {
+        const Ints difference = Lanes::iota() + s;
+        Ints marked;
+        Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), scale, zero_point,
+                           marked);
+        any |= marked;
+      }
+      table.marks[valid] = Lanes::any(any);
+    }
+    return table;
+  }
+
+  const QLinearParams q_;
+  const Requantiser<Q, int16_t> requantiser_;
+  const int64_t h_, w_, d_, n_;         // n_: values of a row
+  const int64_t stride_;                // n_ and d_ zeros on each side: a row of column_sums_ or floats_
+  float scale_[4][4] = {};              // [rows][columns] of a window: its float scale
+  Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
+  int16_t* column_sums_ = nullptr;      // two rows' (see row_sums)
+  float* floats_ = nullptr;             // three dequantised input rows (see dequantised_rows), then a row of zeros
+  float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
+  ScratchBuffer memory_;                           // the arrays above, zeroed
+  bool edge_columns_ = false;                      // see edge_columns
+  int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
+  const float* window_rows_[3] = {};               // dequantised_rows' answer
+};
+
+}  // namespace
+}  // namespace ONNX_POOLS_ISA
+}  // namespace onnx_pools
