@@ -15,6 +15,7 @@ Modes (one or several; none: the default table):
   --small-planes   planes 1x1..17x17, C = 1024 and 32, global pools and LpPool 3x3, float32 and float16: the
                    library on every ISA vs stock ONNX Runtime and PyTorch
   --routes         the custom-op route vs the plugin-EP route, node for node (onnxruntime >= 1.24)
+  --table          the default table, also when other modes are given
   --all            every mode above in turn
 Every mode takes --small (tiny shapes, few rounds: a smoke test, not a measurement). ORT runs: intra_op_num_threads
 = t, inter_op_num_threads = 1, sequential execution, IOBinding with pre-created OrtValues. Time = median of the
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     modes = ap.add_argument_group("modes (default: the table)")
+    modes.add_argument("--table", action="store_true", help="the default table, also when other modes are given")
     modes.add_argument("--scaling", action="store_true", help="the library's 1 -> t thread scaling, alone")
     modes.add_argument("--spread", action="store_true", help="QLinearAveragePool configurations against the fastest")
     modes.add_argument("--memory", action="store_true", help="peak RSS above input + output of one 1 GiB run")
@@ -312,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline and not os.path.isfile(args.baseline):
         print(f"error: --baseline {args.baseline}: no such file", file=sys.stderr)
         return 2
-    modes = list(MODES) if args.all else [m for m in MODES[1:] if getattr(args, m)] or ["table"]
+    modes = list(MODES) if args.all else [m for m in MODES if getattr(args, m)] or ["table"]
     if args.engines:
         from onnx_pools.bench.whole_models import available_engines
 
