@@ -15,7 +15,7 @@ import onnx_pools
 from onnx_pools.bench.cases import GAP, GLP2, GMP, Case, build_model
 from onnx_pools.bench.engines import bound_runner, openvino_module, openvino_runner, ort_session, torch_module
 from onnx_pools.bench.reference import agrees, reference
-from onnx_pools.bench.timing import time_runs
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 from onnx_pools.ortvalues import bfloat16
 
 __all__ = ["in_cache_cases", "in_cache_table"]
@@ -25,7 +25,6 @@ SMALL_BYTES = 16 << 10
 ROUNDS = 20
 SAMPLE_S = 300e-6  # a sample is the mean of a burst of runs this long (runs of tens of microseconds)
 TARGET_S = 0.01  # seconds of samples per engine in each round
-SPIN_SETTLE_S = 0.02
 FLOAT_TYPES = ("float32", "float64", "float16", "bfloat16")
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import onnx_pools
 from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
 from onnx_pools.bench.engines import bound_runner
-from onnx_pools.bench.timing import time_runs
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 
 __all__ = ["ROUTES", "route_cases", "routes_table"]
 
@@ -33,7 +33,6 @@ ROUTES = ("custom-op", "ep")
 ROUNDS = 20
 TARGET_S = 0.03
 SAMPLE_S = 300e-6  # a sample is the mean of a burst of runs this long (the tiny cases run in microseconds)
-SPIN_SETTLE_S = 0.02
 # Labels (with shapes) of the default table's cases timed here: a large and a tiny one of every op, and the
 # QLinearAveragePool layouts and types.
 CASE_NAMES = (

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from onnx_pools.bench.cases import Case, build_model, make_input, small_shape
-from onnx_pools.bench.table import SPIN_SETTLE_S
+from onnx_pools.bench.timing import SPIN_SETTLE_S
 from onnx_pools.bench.workers import IsaWorker
 
 __all__ = ["SCALING_ROUNDS", "SPREAD_ROUNDS", "scaling_table", "spread_table"]

@@ -6,15 +6,13 @@ microseconds, where a node's per-run cost is much of the time: a custom op must 
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Any, Callable, Union
+from typing import Any
 
 import numpy as np
 
 from onnx_pools.bench.cases import GAP, GLP2, GMP, LP3X3, LP3X3_ATTRS, Case, build_model, make_input
 from onnx_pools.bench.engines import bound_runner, ort_session, torch_module
-from onnx_pools.bench.timing import time_runs
-from onnx_pools.bench.workers import IsaWorker, engine_of
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
 
 __all__ = ["small_plane_cases", "small_planes_table"]
 
@@ -23,9 +21,6 @@ CHANNELS = (1024, 32)
 FLOAT_TYPES = ("float32", "float16")
 ROUNDS = 24  # --quick: half as many
 SAMPLE_S = 200e-6  # a sample is the mean of a burst of runs this long
-SPIN_SETTLE_S = 0.02
-
-Runner = Union[IsaWorker, Callable[[], Any]]
 
 
 def small_plane_cases(small: bool) -> list[tuple[Case, tuple[int, ...]]]:
@@ -63,27 +58,7 @@ def _time_case(
         runners.append(("stock", t, run))
         if torch is not None and case.torch_call is not None:
             runners.append(("torch", t, case.torch_call(case, x)))
-    samples: dict[tuple[str, int], list[float]] = {(e, t): [] for e, t, _ in runners}
-    kernel_ok = {engine_of(w): True for w in workers}
-    old_threads = torch.get_num_threads() if torch is not None else None
-    try:
-        for _ in range(rounds):
-            for engine, t, fn in runners:
-                if isinstance(fn, IsaWorker):
-                    ts, ok = fn.call("time", case.op, t, 0.0, 1, SAMPLE_S)
-                    kernel_ok[engine] &= ok
-                else:
-                    if engine == "torch" and torch is not None:
-                        torch.set_num_threads(t)
-                    ts, _ = time_runs(fn, 0.0, 1, sample_s=SAMPLE_S)
-                samples[(engine, t)] += ts
-                if t > 1:
-                    time.sleep(SPIN_SETTLE_S)
-    finally:
-        if torch is not None:
-            torch.set_num_threads(old_threads)
-    for w in workers:
-        w.call("clear")
+    samples, kernel_ok = time_interleaved(runners, case.op, rounds, 0.0, 1, SAMPLE_S, workers)
     return {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}, kernel_ok
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-import time
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import numpy as np
 
@@ -21,7 +20,7 @@ from onnx_pools.bench.engines import (
 )
 from onnx_pools.bench.reference import agrees, reference
 from onnx_pools.bench.timing import time_runs
-from onnx_pools.bench.workers import IsaWorker, engine_of
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
 from onnx_pools.model_tools import max_abs_diff
 
 __all__ = ["ROUNDS", "SMALL_BYTES", "bench_case", "compare", "markdown_table", "read_ceiling"]
@@ -34,9 +33,6 @@ ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of
 SMALL_BYTES = 1 << 20
 SMALL_SAMPLE_S = 300e-6
 SMALL_ROUNDS = 40
-# After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
-# process they would take a core from the next engine timed. A pause lets them go to sleep first.
-SPIN_SETTLE_S = 0.02
 CEILING_VALUES = 32 * 1024 * 1024  # float32 values of the ceiling's array: 128 MB, four times the last-level cache
 SMALL_CEILING_VALUES = 1024 * 1024  # --small: 4 MB, a smoke test of the mode, not a ceiling
 
@@ -91,9 +87,6 @@ def compare(y_lib: np.ndarray, y_stock: np.ndarray) -> float:
     if y_lib.dtype.kind in "iu" or y_lib.size == 0 or y_lib.shape != y_stock.shape:
         return d
     return d / max(float(np.max(np.abs(y_stock.astype(np.float64)))), 1e-30)
-
-
-Runner = Union[IsaWorker, Callable[[], Any]]
 
 
 def bench_case(
@@ -157,32 +150,11 @@ def bench_case(
         for t in thread_counts:
             run_ceiling, ceiling_bytes = ceiling_runner(t, SMALL_CEILING_VALUES if small else CEILING_VALUES)
             runners.append(("ceiling", t, run_ceiling))
-    samples: dict[tuple[str, int], list[float]] = {(e, t): [] for e, t, _ in runners}
-    kernel_ok = {engine_of(w): True for w in workers}
     rounds, sample_s = (SMALL_ROUNDS, SMALL_SAMPLE_S) if x.nbytes <= SMALL_BYTES else (ROUNDS, 0.0)
     if small:
         rounds = 2
-    per_round = target / rounds
-    old_threads = torch.get_num_threads() if torch is not None else None
-    try:
-        for _ in range(rounds):
-            for engine, t, fn in runners:
-                runs = max(1, min_runs // rounds + 1)
-                if isinstance(fn, IsaWorker):
-                    ts, ok = fn.call("time", case.op, t, per_round, runs, sample_s)
-                    kernel_ok[engine] &= ok
-                else:
-                    if engine == "torch" and torch is not None:
-                        torch.set_num_threads(t)
-                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
-                samples[(engine, t)] += ts
-                if t > 1:
-                    time.sleep(SPIN_SETTLE_S)
-    finally:
-        if torch is not None:
-            torch.set_num_threads(old_threads)
-    for w in workers:
-        w.call("clear")
+    runs = max(1, min_runs // rounds + 1)
+    samples, kernel_ok = time_interleaved(runners, case.op, rounds, target / rounds, runs, sample_s, workers)
     medians = {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}
     rows = []
     for w in workers:

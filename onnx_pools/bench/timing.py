@@ -7,7 +7,11 @@ import statistics
 import time
 from typing import Any, Callable
 
-__all__ = ["median_time", "time_runs"]
+__all__ = ["SPIN_SETTLE_S", "median_time", "time_runs"]
+
+# After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
+# process they would take a core from the next engine timed. A pause lets them go to sleep first.
+SPIN_SETTLE_S = 0.02
 
 
 def time_runs(

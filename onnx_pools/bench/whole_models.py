@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 import onnx_pools
-from onnx_pools.bench.timing import time_runs
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 from onnx_pools.model_tools import default_models_dir
 
 __all__ = ["ENGINES", "available_engines", "pools_reach_library_only_through_ep", "whole_models_table"]
@@ -50,7 +50,6 @@ NP_TYPES: dict[str, Any] = {
     "tensor(uint8)": np.uint8,
     "tensor(int8)": np.int8,
 }
-SPIN_SETTLE_S = 0.02
 # Runs of each session before its turn length is chosen (from the fastest of 3 more): the first runs are still
 # slow at 2 threads (allocations, the pool's first wake-ups), and a turn length taken from them gave a session 1-3
 # runs per turn, each right after a pause.

@@ -9,13 +9,14 @@ import os
 import pickle
 import subprocess
 import sys
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Union
 
 import onnx_pools
-from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env
-from onnx_pools.bench.timing import time_runs
+from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 
-__all__ = ["ISA_ORDER", "IsaWorker", "engine_of", "start_workers", "stop_all"]
+__all__ = ["ISA_ORDER", "IsaWorker", "Runner", "engine_of", "start_workers", "stop_all", "time_interleaved"]
 
 ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
 
@@ -129,6 +130,47 @@ def stop_all(workers: list[IsaWorker]) -> None:
 def engine_of(worker: IsaWorker) -> str:
     """The worker's engine name in the timing tables: its ISA, "baseline:ISA" for the baseline build."""
     return ("baseline:" if worker.baseline else "") + str(worker.isa)
+
+
+Runner = Union[IsaWorker, Callable[[], Any]]
+
+
+def time_interleaved(
+    runners: list[tuple[str, int, Runner]],
+    op: str,
+    rounds: int,
+    per_round: float,
+    runs: int,
+    sample_s: float,
+    workers: list[IsaWorker],
+) -> tuple[dict[tuple[str, int], list[float]], dict[str, bool]]:
+    """(samples in seconds per (engine, threads), the library's kernel ran on each worker's engine): every runner
+    (a worker, timed in its process, or a callable: stock ORT, torch with its thread count set, ...) timed for
+    `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn; the workers' sessions are
+    cleared afterwards."""
+    torch = torch_module() if any(engine == "torch" for engine, _, _ in runners) else None
+    samples: dict[tuple[str, int], list[float]] = {(e, t): [] for e, t, _ in runners}
+    kernel_ok = {engine_of(w): True for w in workers}
+    old_threads = torch.get_num_threads() if torch is not None else None
+    try:
+        for _ in range(rounds):
+            for engine, t, fn in runners:
+                if isinstance(fn, IsaWorker):
+                    ts, ok = fn.call("time", op, t, per_round, runs, sample_s)
+                    kernel_ok[engine] &= ok
+                else:
+                    if engine == "torch" and torch is not None:
+                        torch.set_num_threads(t)
+                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
+                samples[(engine, t)] += ts
+                if t > 1:
+                    time.sleep(SPIN_SETTLE_S)
+    finally:
+        if torch is not None:
+            torch.set_num_threads(old_threads)
+    for w in workers:
+        w.call("clear")
+    return samples, kernel_ok
 
 
 if __name__ == "__main__":
