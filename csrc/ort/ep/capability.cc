@@ -269,12 +269,16 @@ bool is_qlinear_conv(const OrtNode* node) { return node != nullptr && op_type(no
 
 }  // namespace
 
-bool qlinear_pool_beside_qlinear_conv(const OrtGraph* graph) {
+std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
   size_t count = 0;
   check(ort()->Graph_GetNumNodes(graph, &count));
   std::vector<const OrtNode*> nodes(count);
   if (count > 0) check(ort()->Graph_GetNodes(graph, nodes.data(), count));
-  for (const OrtNode* node : nodes) {
+  return nodes;
+}
+
+bool qlinear_pool_beside_qlinear_conv(const OrtGraph* graph) {
+  for (const OrtNode* node : graph_nodes(graph)) {
     if (!is(node, "com.microsoft", "QLinearAveragePool")) continue;
     try {
       if (NodeAttributes(node, "QLinearAveragePool").integer("channels_last").value_or(0) != 0) continue;
@@ -292,11 +296,7 @@ bool qlinear_pool_beside_qlinear_conv(const OrtGraph* graph) {
 
 void claim_nodes(const OrtGraph* graph, OrtEpGraphSupportInfo* support, const EpOptions& options,
                  std::map<std::string, FusedAveragePool>& fused) {
-  size_t count = 0;
-  check(ort()->Graph_GetNumNodes(graph, &count));
-  std::vector<const OrtNode*> nodes(count);
-  if (count > 0) check(ort()->Graph_GetNodes(graph, nodes.data(), count));
-  for (const OrtNode* node : nodes) {
+  for (const OrtNode* node : graph_nodes(graph)) {
     const std::string op = op_type(node);
     if (options.qdq && options.ops.count("QLinearAveragePool") && op == "AveragePool" && domain(node) == "") {
       const OrtNode* unit_nodes[3] = {};

@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "ort/ep/provider.h"
@@ -14,6 +15,9 @@ struct FusedAveragePool {
   ONNXTensorElementDataType type;
   QLinearParams params;
 };
+
+// The nodes of `graph`, in ORT's order.
+std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph);
 
 // Adds the nodes of `graph` the EP takes to `support`: single nodes with a kernel in the EP's registry (after the
 // choices of `options`), and fused QDQ units, recorded in `fused` by the name of the unit's output.

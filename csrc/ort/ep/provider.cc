@@ -276,11 +276,7 @@ class Ep : public OrtEp {
     check(g_api->GetValueInfoName(output, &output_name));
     const auto unit = fused_.find(output_name ? output_name : "");
     if (unit == fused_.end()) fail("onnx-pools: no fused unit produces '", output_name ? output_name : "", "'");
-    size_t count = 0;
-    check(g_api->Graph_GetNumNodes(graph, &count));
-    std::vector<const OrtNode*> nodes(count);
-    if (count > 0) check(g_api->Graph_GetNodes(graph, nodes.data(), count));
-    for (const OrtNode* node : nodes) {
+    for (const OrtNode* node : graph_nodes(graph)) {
       const char* op = nullptr;
       check(g_api->Node_GetOperatorType(node, &op));
       if (op == nullptr || std::string(op) != "AveragePool") continue;
