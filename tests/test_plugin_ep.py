@@ -268,13 +268,13 @@ def test_quantized_pools_left_to_ort_where_its_rewrites_run_them_faster(dtype):
     assert n == 1
 
 
-def conv_gap_model(dtype=TensorProto.FLOAT, np_dtype=np.float32, feeder="Conv"):
+def conv_gap_model(dtype=TensorProto.FLOAT, np_dtype=np.float32, feeder="Conv", pool="GlobalAveragePool", **attrs):
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((8, 4, 3, 3)) * 0.1).astype(np_dtype), "w")
     nodes = [
         helper.make_node("Conv", ["X", "w"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("GlobalAveragePool", ["r"], ["Y"]),
+        helper.make_node(pool, ["r"], ["Y"], **attrs),
     ]
     if feeder == "Relu":  # no Conv in front: Relu straight from the input
         nodes = [helper.make_node("Relu", ["X"], ["r"]), nodes[2]]
@@ -321,6 +321,20 @@ def test_float16_pool_fed_by_compute_is_left_to_ort():
     ref = global_average_pool(np.maximum(x.astype(np.float64), 0))
     assert_close(taken, ref, "float16")
     assert_close(left, ref, "float16")
+
+
+@needs_ep
+@pytest.mark.parametrize("pool", ["GlobalLpPool", "LpPool"])
+def test_float16_lp_pool_fed_by_compute_is_taken(pool):
+    # ORT's own LpPool / GlobalLpPool (run in float through casts) are far slower than a Cast it adds in front
+    x = np.random.default_rng(3).standard_normal((1, 4, 16, 16)).astype(np.float16)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "p": 2} if pool == "LpPool" else {"p": 2}
+    model = conv_gap_model(TensorProto.FLOAT16, np.float16, feeder="Relu", pool=pool, **attrs)
+    (y,), n = calls(pool, lambda: ep_session(model).run(None, {"X": x}))
+    assert n == 1
+    r = np.maximum(x.astype(np.float64), 0)
+    ref = lp_pool(r, [3, 3], pads=[1, 1, 1, 1], p=2) if pool == "LpPool" else global_lp_pool(r, p=2)
+    assert_close(y, ref, "float16")
 
 
 @needs_ep

@@ -190,7 +190,11 @@ bool left_to_ort(const OrtNode* node, const std::string& op, const EpOptions& op
   if (options.ort_layout && kX86_64 && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT &&
       (op == "GlobalAveragePool" || op == "GlobalMaxPool") && fed_by_conv(node))
     return true;
-  if (!options.float16_all && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16) {
+  // The float16 policy: only for the ops whose float kernel in ORT is fast. ORT's LpPool and GlobalLpPool are
+  // one to two orders of magnitude slower than the library's, so taking their float16 nodes wins even with a Cast
+  // added in front of the node feeding them.
+  if (!options.float16_all && type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 &&
+      (op == "GlobalAveragePool" || op == "GlobalMaxPool")) {
     const OrtNode* from = producer(inputs(node).at(0));
     if (from != nullptr && op_type(from) != "Cast") return true;
   }

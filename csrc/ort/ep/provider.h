@@ -34,8 +34,9 @@ struct EpOptions {
   // taken in ORT's NHWC form (the EP prefers NHWC in such a graph, for that op alone). 0: taken like any other node, in
   // its own layout (for sessions below level ALL).
   bool ort_layout = true;
-  // "float16" (default "auto"): a float16 pool fed by a compute node (not a Cast) is left to ORT, which runs it in
-  // float between the casts it puts around its float16 neighbours anyway; "all": every float16 node is taken.
+  // "float16" (default "auto"): a float16 GlobalAveragePool / GlobalMaxPool fed by a compute node (not a Cast) is
+  // left to ORT, which runs it in float between the casts it puts around its float16 neighbours anyway (float16
+  // LpPool / GlobalLpPool are taken: ORT's float kernels for them are slow); "all": every float16 node is taken.
   bool float16_all = false;
   // "qdq" (default 1): DequantizeLinear -> AveragePool -> QuantizeLinear units (int8/uint8, scalar parameters) run
   // as one fused node on the QLinearAveragePool kernel.
