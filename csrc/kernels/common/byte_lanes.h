@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if defined(__AVX2__)
@@ -111,6 +112,32 @@ struct ByteLanes {
     return Ints(_mm256_cvtepi16_epi32(__m128i(s)));
 #else
     return __builtin_convertvector(s, Ints);
+#endif
+  }
+
+  // The high halves of the unsigned products of the lanes of a by m.
+  static Shorts high_product(Shorts a, uint16_t m) {
+#if defined(__AVX2__)
+    return Shorts(_mm256_mulhi_epu16(__m256i(a), _mm256_set1_epi16(static_cast<int16_t>(m))));
+#else
+    typedef uint16_t UShorts __attribute__((vector_size(kLength * 4)));
+    typedef uint32_t Wide __attribute__((vector_size(kLength * 8)));
+    return __builtin_convertvector((__builtin_convertvector(UShorts(a), Wide) * m) >> 16, Shorts);
+#endif
+  }
+  // Two vectors of Shorts narrowed to bytes, saturated to Q's range.
+  static void narrow_shorts(Shorts a, Shorts b, Q* out) {
+#if defined(__AVX2__)
+    const __m256i ab =
+        std::is_signed_v<Q> ? _mm256_packs_epi16(__m256i(a), __m256i(b)) : _mm256_packus_epi16(__m256i(a), __m256i(b));
+    const __m256i ordered = _mm256_permute4x64_epi64(ab, 0xd8);  // per 128-bit half: a, b
+    std::memcpy(out, &ordered, sizeof ordered);
+#else
+    const Shorts lo = Shorts{} + std::numeric_limits<Q>::min(), hi = Shorts{} + std::numeric_limits<Q>::max();
+    a = a < lo ? lo : a > hi ? hi : a;
+    b = b < lo ? lo : b > hi ? hi : b;
+    const WideBytes parts[2] = {__builtin_convertvector(a, WideBytes), __builtin_convertvector(b, WideBytes)};
+    std::memcpy(out, parts, sizeof parts);
 #endif
   }
 

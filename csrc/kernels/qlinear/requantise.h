@@ -60,15 +60,6 @@ inline Q to_quantized(double clamped) {
   return static_cast<Q>(static_cast<int32_t>(round_half_even(clamped)));
 }
 
-// The rounding rule for one value: the exact value (clamped) sets y, except within kTieBand of a tie, where ORT's
-// float evaluation must (returns false).
-template <class Q>
-inline bool exact_decides(double exact, Q& y) {
-  if (near_tie(exact)) return false;
-  y = to_quantized<Q>(exact);
-  return true;
-}
-
 // ORT's output, computed as ONNX Runtime's kernel does (ort_dequantised, added in row-major window order, then
 // ort_requantised), clamped and rounded: the answer where the exact value lies on a tie.
 template <class Q>
@@ -239,18 +230,14 @@ struct Requantiser {
     scale = static_cast<Scale>(window_scale(valid));
   }
 
-  // The exact value (double, clamped) of a window over `valid` input elements whose sum less its zero sum is
-  // `difference`.
-  double exact_of_difference(int64_t difference, int64_t valid) const {
-    return clamp_to<Q>(static_cast<double>(difference) * window_scale(valid) + y_zero);
-  }
-
   // The rounding rule for a value the float pass marked, the one place every path settles one: the exact value
-  // where it decides, else ORT's output (ort(), only then evaluated). With marks_are_ties every mark is a tie.
+  // (double, clamped) where it is not near_tie, else ORT's output (ort(), only then evaluated). With
+  // marks_are_ties every mark is a tie.
   template <class Ort>
   int32_t settled(int64_t difference, int64_t valid, Ort&& ort) const {
-    Q y;
-    return !marks_are_ties && exact_decides(exact_of_difference(difference, valid), y) ? y : ort();
+    if (marks_are_ties) return ort();
+    const double exact = clamp_to<Q>(static_cast<double>(difference) * window_scale(valid) + y_zero);
+    return near_tie(exact) ? ort() : to_quantized<Q>(exact);
   }
 
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller

@@ -39,7 +39,8 @@ constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); 
 // How the float pass's marks of a kind of window are handled: never marked (None), now and then (Rare: a vector
 // with marks is settled), or, with equal scales and an even count, a sixth of them on ties, where ORT's value
 // decides every value (OrtOnly: within 3e-4 of the exact value, which, not on a tie, is at least 1/18 from one).
-enum class Ties { None, Rare, OrtOnly };
+// Ninths (the middle only): None with equal scales and windows of nine elements, the values whole, in int16.
+enum class Ties { None, Rare, OrtOnly, Ninths };
 
 template <class Q>
 class Rows3x3Pool {
@@ -152,11 +153,14 @@ class Rows3x3Pool {
       return middle == Ties::Rare ? rows<kRows, Ties::Rare, Ties::Rare>(x, y, begin, end)
                                   : rows<kRows, Ties::OrtOnly, Ties::OrtOnly>(x, y, begin, end);
     }
-    switch (edge) {
-      case Ties::None: return rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
-      case Ties::Rare: return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
-      case Ties::OrtOnly: return rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
+    const bool ninths = requantiser_.marks_are_ties && (q_.count_include_pad || kRows == WindowRows::Both);
+    if (edge == Ties::OrtOnly) {
+      return ninths ? rows<kRows, Ties::Ninths, Ties::OrtOnly>(x, y, begin, end)
+                    : rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
     }
+    if (edge == Ties::Rare) return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
+    return ninths ? rows<kRows, Ties::Ninths, Ties::None>(x, y, begin, end)
+                  : rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
   }
 
   // Output rows [begin, end), which share which neighbour rows they have; kMiddle: the marks of the windows of
@@ -206,7 +210,10 @@ class Rows3x3Pool {
       for (; i < d; i += kLength) edge(i);
       for (; i + kStep <= middle_end; i += kStep) {
         Ints out[4];
-        if constexpr (kMiddle == Ties::OrtOnly) {
+        if constexpr (kMiddle == Ties::Ninths) {
+          Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), yr + i);
+          continue;
+        } else if constexpr (kMiddle == Ties::OrtOnly) {
           for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
         } else {
           const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
@@ -342,6 +349,13 @@ class Rows3x3Pool {
   Ints window_sums8(const int16_t* sums, int64_t i) const {
     return Lanes::ints_of((Lanes::half_shorts_at(sums + i - d_) + Lanes::half_shorts_at(sums + i)) +
                           Lanes::half_shorts_at(sums + i + d_));
+  }
+
+  // With equal scales a window of nine elements is y_zero_point + its difference / 9 rounded (never a tie): the
+  // difference plus 4 divided by 9 rounded down, made positive, as the high half of its product by 2^16 / 9 rounded
+  // up (exact below 2^15).
+  Shorts ninths(Shorts difference) const {
+    return Lanes::high_product(difference + (4 + 9 * 256), 7282) + static_cast<int16_t>(q_.y_zero_point - 256);
   }
 
   // Whether the float pass marks any window of `valid` elements (1..9): every sum it can hold tried, once per
