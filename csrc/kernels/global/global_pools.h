@@ -33,28 +33,26 @@ double fold_vectors(typename Simd<A>::Value* acc) {
   return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
-// Channels summed side by side: one core reads a few concurrent streams faster than one, and each channel is one
-// stream. kStreams channels keep their partial sums in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's
-// registers, SSE2 / NEON take 2.
-constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
-constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+constexpr int64_t kStreamMinBytes = 2048;  // channels from this long on take streamed_channels
 // Short float channels' maxima computed side by side (global_pool): as many as keep their K = 4 running maxima each
 // in registers, with room for the loads; up to channels of kShortMaxGroupBytes, past which a channel's own loads
 // keep the core busy and more streams only slow the reads from L2 / L3 down.
 constexpr int kShortMaxGroup = kVectorBytes >= 64 ? 4 : 2;
 constexpr int64_t kShortMaxGroupBytes = 512;
-// Channels per side-by-side group. Max keeps 2 vectors per channel: 4 channels would fit every vector width, but
-// see below. On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
-// added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
-// sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
-// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima take one channel at a time, so that
-// the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC (Zen 4) the 4
-// side-by-side streams read L3 and memory markedly slower than one, on every path but SSE2's doubles (2 lanes a
-// vector), whose single stream is bound by its own loop instead.
+// Long channels side by side (streamed_channels): float and double channels one at a time, so that the reads are one
+// sequential stream through the tensor (the channels lie back to back): on an AMD EPYC (Zen 4) two to four channels
+// read side by side (concurrent streams) came from L3 and memory markedly slower than one, on every path and for
+// every reduction. 16-bit floats keep several: half the bytes per element and a conversion each, their loop is bound
+// by its own dependency chains (kLanes partial sums per channel) before the reads. Their groups: 4 x 128 bytes of
+// partial sums fit AVX2's and AVX-512's registers; on AVX2 one channel fewer for Lp, whose elements each need
+// registers of their own before they are added (a conversion, a power), where 4 channels' 4 vectors of partial sums
+// would take all 16 registers and a spilled sum costs a store and a reload per step; SSE2's two streams of sums
+// spill too, and still beat one.
 template <class T, Reduction R>
-constexpr int kStreamsOf = R == Reduction::Max ? (kVectorBytes >= 32 || sizeof(AccOf<T>) == 4 ? 1 : 4)
-                           : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
-                                                                      : kStreams;
+constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max ? 1
+                               : kVectorBytes == 64                               ? 4
+                               : kVectorBytes == 32                               ? (R == Reduction::Lp ? 3 : 4)
+                                                                                  : 2;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -155,14 +153,14 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   V m[G][K];
   for (auto& channel : m)
     for (auto& v : channel) v = S::splat(start);
-  M nan = {};
+  M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
   for (; i + K * N <= n; i += K * N) {
     for (int g = 0; g < G; ++g) {
       for (int k = 0; k < K; ++k) {
         const V v = S::load(a + g * stride + i + k * N);
         m[g][k] = v > m[g][k] ? v : m[g][k];
-        nan |= v != v;
+        nan[k] |= v != v;
       }
     }
   }
@@ -170,12 +168,13 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
     for (int g = 0; g < G; ++g) {
       const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
       m[g][0] = v > m[g][0] ? v : m[g][0];
-      nan |= v != v;
+      nan[0] |= v != v;
     }
   }
   // folded in registers, without an exit per lane: short channels pay this per channel
+  for (int k = 1; k < K; ++k) nan[0] |= nan[k];
   using E = typename S::MaskElement;
-  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  if (fold_halves<E, kVectorBytes>(nan[0], [](auto low, auto high) { return low | high; }) != 0) return false;
   static_assert(K == 1 || K == 2 || K == 4);
   auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
@@ -306,13 +305,13 @@ T max_halves(const T* x, int64_t n) {
   return result;
 }
 
-// The sums of G = kStreamsOf<T, R> long channels side by side (see kStreams), each with the bits the one-channel path
+// The sums of G = kStreamedGroup<T, R> long channels side by side, each with the bits the one-channel path
 // gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
 // where it is trusted unscaled).
 template <class T, Reduction R>
 void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T>* buffer, bool* done) {
   using A = AccOf<T>;
-  constexpr int G = kStreamsOf<T, R>;
+  constexpr int G = kStreamedGroup<T, R>;
   for (int g = 0; g < G; ++g) done[g] = false;
   // sum over [begin, size) of map(x), per channel in blocks of kBlock as mapped_sum_elements takes them
   auto block_totals = [&](int64_t begin, auto map, double* totals) {
@@ -385,7 +384,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     }
   }
   A buffer[kBlock];
-  constexpr int G = kStreamsOf<T, R>;
+  constexpr int G = kStreamedGroup<T, R>;
   auto one_channel = [&](int64_t c) {
     const T* xc = x + c * size;
     if constexpr (R == Reduction::Max && sizeof(T) == 2) {
@@ -539,9 +538,6 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
     for (; c + G <= channels; c += G) {
-      // the next group's channels start where no stream of this one reads ahead: ask for their first lines now
-      for (int64_t next = c + G; next < min_of(c + 2 * G, channels); ++next)
-        __builtin_prefetch(x + next * size), __builtin_prefetch(x + next * size + 64 / sizeof(T));
       bool done[G];
       streamed_channels<T, R>(x + c * size, size, y + c, lp, buffer, done);
       for (int g = 0; g < G; ++g)
