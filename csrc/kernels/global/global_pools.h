@@ -20,17 +20,17 @@ namespace {
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
-// A channel's partial sums (the lanes of K native vectors) folded pairwise in a fixed order, in registers: cheap, as
+// A channel's partial sums (the lanes of K vectors of Bytes) folded pairwise in a fixed order, in registers: cheap, as
 // accurate as a sequential fold, and the same additions in the same order on every vector width (lane l and lane
 // l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
-template <class A, int K>
-double fold_vectors(typename Simd<A>::Value* acc) {
+template <class A, int K, int Bytes = kVectorBytes>
+double fold_vectors(typename Simd<A, Bytes>::Value* acc) {
 #pragma GCC unroll 8
   for (int half = K / 2; half >= 1; half /= 2) {
 #pragma GCC unroll 8
     for (int k = 0; k < half; ++k) acc[k] += acc[k + half];
   }
-  return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
+  return static_cast<double>(fold_halves<A, Bytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
 constexpr int64_t kStreamMinBytes = 2048;  // channels from this long on take streamed_channels
@@ -61,7 +61,7 @@ constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Ma
 template <int G, class T, class Map, class Loader>
 void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* loads, double* sums) {
   using A = AccOf<T>;
-  using S = Simd<A>;
+  using S = typename Loader::S;  // native vectors, or a NarrowLoader's
   constexpr int L = kLanes<A>;
   constexpr int K = L / S::kLength;  // vectors of partial sums per channel
   typename S::Value acc[G][K] = {};
@@ -80,7 +80,7 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
       loads[g].load_tail(a + g * stride + i, n - i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
-    sums[g] = fold_vectors<A, K>(acc[g]);
+    sums[g] = fold_vectors<A, K, sizeof(typename S::Value)>(acc[g]);
   }
 }
 
@@ -305,6 +305,12 @@ T max_halves(const T* x, int64_t n) {
   return result;
 }
 
+// The loader of streamed_channels' sums: float and double means in 32-byte loads on AVX-512 (see NarrowLoader; power
+// sums, with more work per element, read as fast in 64-byte ones).
+template <class T, Reduction R>
+using StreamLoader = std::conditional_t<std::is_same_v<T, AccOf<T>> && R == Reduction::Average && kVectorBytes == 64,
+                                        NarrowLoader<T, 32>, AccLoader<T>>;
+
 // The sums of G = kStreamedGroup<T, R> long channels side by side, each with the bits the one-channel path
 // gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
 // where it is trusted unscaled).
@@ -317,7 +323,7 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
   auto block_totals = [&](int64_t begin, auto map, double* totals) {
     for (int64_t off = begin; off < size; off += kBlock) {
       const int64_t n = min_of(kBlock, size - off);
-      AccLoader<T> loads[G];
+      StreamLoader<T, R> loads[G];
       double sums[G];
       if (n >= 2 * kLanes<A>) {
         mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
