@@ -104,8 +104,23 @@ inline double short_sum(const T* a, int64_t n, Map map) {
     s6 += at(i + 6);
     s7 += at(i + 7);
   }
+  // the tail, from element whole on in order; with AVX-512 unrolled, as GCC vectorises the loop (an in-order
+  // reduction in masked 64-byte vectors, slower than scalar adds for up to 7 elements)
   A tail = 0;
+#if !defined(__AVX512F__)
   for (; i < n; ++i) tail += at(i);
+#else
+  switch (n - whole) {
+    case 7: tail += at(n - 7); [[fallthrough]];
+    case 6: tail += at(n - 6); [[fallthrough]];
+    case 5: tail += at(n - 5); [[fallthrough]];
+    case 4: tail += at(n - 4); [[fallthrough]];
+    case 3: tail += at(n - 3); [[fallthrough]];
+    case 2: tail += at(n - 2); [[fallthrough]];
+    case 1: tail += at(n - 1); [[fallthrough]];
+    default: break;
+  }
+#endif
   return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
 }
 
@@ -480,6 +495,26 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     // (Means of channels from 2 kLanes elements on measured slower this way on avx2 and SSE2 than in one_channel.)
     const bool short_channels = size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes;
     static_assert(kStreamMinBytes / sizeof(T) <= kBlock, "a short channel is one block");
+    if (R == Reduction::Average && size == 1) {
+      // 1x1 planes: a group of channels' totals (short_sum of one element: 0 + x, so -0 becomes +0), then their
+      // means in one loop of vector conversions; a total that is not finite goes to one_channel
+      constexpr int64_t kGroup = 64;
+      for (int64_t c0 = 0; c0 < channels; c0 += kGroup) {
+        const int64_t count = min_of(kGroup, channels - c0);
+        double totals[kGroup];
+        for (int64_t j = 0; j < count; ++j) totals[j] = 0.0 + short_sum(x + c0 + j, 1, Identity{});
+        bool finite = true;
+        for (int64_t j = 0; j < count; ++j) {
+          finite &= std::isfinite(totals[j]);
+          y[c0 + j] = from_acc<T>(totals[j] / 1.0);
+        }
+        if (!finite) {
+          for (int64_t j = 0; j < count; ++j)
+            if (!std::isfinite(totals[j])) one_channel(c0 + j);
+        }
+      }
+      return;
+    }
     if (R == Reduction::Average && size < 2 * kLanes<A>) {
       for (int64_t c = 0; c < channels; ++c) {
         double total = 0;
