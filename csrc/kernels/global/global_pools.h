@@ -20,41 +20,39 @@ namespace {
 
 // ---- global pools -----------------------------------------------------------------------------------------
 
-// A channel's partial sums (the lanes of K native vectors) folded pairwise in a fixed order, in registers: cheap, as
+// A channel's partial sums (the lanes of K vectors of Bytes) folded pairwise in a fixed order, in registers: cheap, as
 // accurate as a sequential fold, and the same additions in the same order on every vector width (lane l and lane
 // l + width are in vectors k and k + width / kLength while width spans vectors). Then widened to double.
-template <class A, int K>
-double fold_vectors(typename Simd<A>::Value* acc) {
+template <class A, int K, int Bytes = kVectorBytes>
+double fold_vectors(typename Simd<A, Bytes>::Value* acc) {
 #pragma GCC unroll 8
   for (int half = K / 2; half >= 1; half /= 2) {
 #pragma GCC unroll 8
     for (int k = 0; k < half; ++k) acc[k] += acc[k + half];
   }
-  return static_cast<double>(fold_halves<A, kVectorBytes>(acc[0], [](auto low, auto high) { return low + high; }));
+  return static_cast<double>(fold_halves<A, Bytes>(acc[0], [](auto low, auto high) { return low + high; }));
 }
 
-// Channels summed side by side: one core reads a few concurrent streams faster than one, and each channel is one
-// stream. kStreams channels keep their partial sums in registers: 4 x 128 bytes of them fit AVX2's and AVX-512's
-// registers, SSE2 / NEON take 2.
-constexpr int kStreams = kVectorBytes >= 32 ? 4 : 2;
-constexpr int64_t kStreamMinBytes = 2048;  // shorter channels are one stream anyway: they lie back to back
+constexpr int64_t kStreamMinBytes = 2048;  // channels from this long on take streamed_channels
 // Short float channels' maxima computed side by side (global_pool): as many as keep their K = 4 running maxima each
 // in registers, with room for the loads; up to channels of kShortMaxGroupBytes, past which a channel's own loads
 // keep the core busy and more streams only slow the reads from L2 / L3 down.
 constexpr int kShortMaxGroup = kVectorBytes >= 64 ? 4 : 2;
 constexpr int64_t kShortMaxGroupBytes = 512;
-// Channels per side-by-side group. Max keeps 2 vectors per channel: 4 channels would fit every vector width, but
-// see below. On AVX2, one channel fewer for Lp, whose elements each need registers of their own before they are
-// added (a conversion, a power): 4 channels' 4 vectors of partial sums would take all 16 registers, and a spilled
-// sum costs a store and a reload per step. An average of 16-bit values (a conversion only) keeps all 4. SSE2's two
-// streams of sums spill too, and still beat one; AVX-512 has 32 registers. Maxima take one channel at a time, so that
-// the reads are one sequential stream through the channels (which lie back to back): on an AMD EPYC (Zen 4) the 4
-// side-by-side streams read L3 and memory markedly slower than one, on every path but SSE2's doubles (2 lanes a
-// vector), whose single stream is bound by its own loop instead.
+// Long channels side by side (streamed_channels): float and double channels one at a time, so that the reads are one
+// sequential stream through the tensor (the channels lie back to back): on an AMD EPYC (Zen 4) two to four channels
+// read side by side (concurrent streams) came from L3 and memory markedly slower than one, on every path and for
+// every reduction. 16-bit floats keep several: half the bytes per element and a conversion each, their loop is bound
+// by its own dependency chains (kLanes partial sums per channel) before the reads. Their groups: 4 x 128 bytes of
+// partial sums fit AVX2's and AVX-512's registers; on AVX2 one channel fewer for Lp, whose elements each need
+// registers of their own before they are added (a conversion, a power), where 4 channels' 4 vectors of partial sums
+// would take all 16 registers and a spilled sum costs a store and a reload per step; SSE2's two streams of sums
+// spill too, and still beat one.
 template <class T, Reduction R>
-constexpr int kStreamsOf = R == Reduction::Max ? (kVectorBytes >= 32 || sizeof(AccOf<T>) == 4 ? 1 : 4)
-                           : kVectorBytes == 32 && R == Reduction::Lp ? kStreams - 1
-                                                                      : kStreams;
+constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max ? 1
+                               : kVectorBytes == 64                               ? 4
+                               : kVectorBytes == 32                               ? (R == Reduction::Lp ? 3 : 4)
+                                                                                  : 2;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -63,7 +61,7 @@ constexpr int kStreamsOf = R == Reduction::Max ? (kVectorBytes >= 32 || sizeof(A
 template <int G, class T, class Map, class Loader>
 void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* loads, double* sums) {
   using A = AccOf<T>;
-  using S = Simd<A>;
+  using S = typename Loader::S;  // native vectors, or a NarrowLoader's
   constexpr int L = kLanes<A>;
   constexpr int K = L / S::kLength;  // vectors of partial sums per channel
   typename S::Value acc[G][K] = {};
@@ -82,7 +80,7 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
       loads[g].load_tail(a + g * stride + i, n - i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
-    sums[g] = fold_vectors<A, K>(acc[g]);
+    sums[g] = fold_vectors<A, K, sizeof(typename S::Value)>(acc[g]);
   }
 }
 
@@ -106,8 +104,23 @@ inline double short_sum(const T* a, int64_t n, Map map) {
     s6 += at(i + 6);
     s7 += at(i + 7);
   }
+  // the tail, from element whole on in order; with AVX-512 unrolled, as GCC vectorises the loop (an in-order
+  // reduction in masked 64-byte vectors, slower than scalar adds for up to 7 elements)
   A tail = 0;
+#if !defined(__AVX512F__)
   for (; i < n; ++i) tail += at(i);
+#else
+  switch (n - whole) {
+    case 7: tail += at(n - 7); [[fallthrough]];
+    case 6: tail += at(n - 6); [[fallthrough]];
+    case 5: tail += at(n - 5); [[fallthrough]];
+    case 4: tail += at(n - 4); [[fallthrough]];
+    case 3: tail += at(n - 3); [[fallthrough]];
+    case 2: tail += at(n - 2); [[fallthrough]];
+    case 1: tail += at(n - 1); [[fallthrough]];
+    default: break;
+  }
+#endif
   return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
 }
 
@@ -155,14 +168,14 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   V m[G][K];
   for (auto& channel : m)
     for (auto& v : channel) v = S::splat(start);
-  M nan = {};
+  M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
   for (; i + K * N <= n; i += K * N) {
     for (int g = 0; g < G; ++g) {
       for (int k = 0; k < K; ++k) {
         const V v = S::load(a + g * stride + i + k * N);
         m[g][k] = v > m[g][k] ? v : m[g][k];
-        nan |= v != v;
+        nan[k] |= v != v;
       }
     }
   }
@@ -170,12 +183,13 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
     for (int g = 0; g < G; ++g) {
       const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
       m[g][0] = v > m[g][0] ? v : m[g][0];
-      nan |= v != v;
+      nan[0] |= v != v;
     }
   }
   // folded in registers, without an exit per lane: short channels pay this per channel
+  for (int k = 1; k < K; ++k) nan[0] |= nan[k];
   using E = typename S::MaskElement;
-  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  if (fold_halves<E, kVectorBytes>(nan[0], [](auto low, auto high) { return low | high; }) != 0) return false;
   static_assert(K == 1 || K == 2 || K == 4);
   auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
@@ -306,19 +320,25 @@ T max_halves(const T* x, int64_t n) {
   return result;
 }
 
-// The sums of G = kStreamsOf<T, R> long channels side by side (see kStreams), each with the bits the one-channel path
+// The loader of streamed_channels' sums: float and double means in 32-byte loads on AVX-512 (see NarrowLoader; power
+// sums, with more work per element, read as fast in 64-byte ones).
+template <class T, Reduction R>
+using StreamLoader = std::conditional_t<std::is_same_v<T, AccOf<T>> && R == Reduction::Average && kVectorBytes == 64,
+                                        NarrowLoader<T, 32>, AccLoader<T>>;
+
+// The sums of G = kStreamedGroup<T, R> long channels side by side, each with the bits the one-channel path
 // gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
 // where it is trusted unscaled).
 template <class T, Reduction R>
 void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T>* buffer, bool* done) {
   using A = AccOf<T>;
-  constexpr int G = kStreamsOf<T, R>;
+  constexpr int G = kStreamedGroup<T, R>;
   for (int g = 0; g < G; ++g) done[g] = false;
   // sum over [begin, size) of map(x), per channel in blocks of kBlock as mapped_sum_elements takes them
   auto block_totals = [&](int64_t begin, auto map, double* totals) {
     for (int64_t off = begin; off < size; off += kBlock) {
       const int64_t n = min_of(kBlock, size - off);
-      AccLoader<T> loads[G];
+      StreamLoader<T, R> loads[G];
       double sums[G];
       if (n >= 2 * kLanes<A>) {
         mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
@@ -385,7 +405,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     }
   }
   A buffer[kBlock];
-  constexpr int G = kStreamsOf<T, R>;
+  constexpr int G = kStreamedGroup<T, R>;
   auto one_channel = [&](int64_t c) {
     const T* xc = x + c * size;
     if constexpr (R == Reduction::Max && sizeof(T) == 2) {
@@ -475,6 +495,26 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     // (Means of channels from 2 kLanes elements on measured slower this way on avx2 and SSE2 than in one_channel.)
     const bool short_channels = size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes;
     static_assert(kStreamMinBytes / sizeof(T) <= kBlock, "a short channel is one block");
+    if (R == Reduction::Average && size == 1) {
+      // 1x1 planes: a group of channels' totals (short_sum of one element: 0 + x, so -0 becomes +0), then their
+      // means in one loop of vector conversions; a total that is not finite goes to one_channel
+      constexpr int64_t kGroup = 64;
+      for (int64_t c0 = 0; c0 < channels; c0 += kGroup) {
+        const int64_t count = min_of(kGroup, channels - c0);
+        double totals[kGroup];
+        for (int64_t j = 0; j < count; ++j) totals[j] = 0.0 + short_sum(x + c0 + j, 1, Identity{});
+        bool finite = true;
+        for (int64_t j = 0; j < count; ++j) {
+          finite &= std::isfinite(totals[j]);
+          y[c0 + j] = from_acc<T>(totals[j] / 1.0);
+        }
+        if (!finite) {
+          for (int64_t j = 0; j < count; ++j)
+            if (!std::isfinite(totals[j])) one_channel(c0 + j);
+        }
+      }
+      return;
+    }
     if (R == Reduction::Average && size < 2 * kLanes<A>) {
       for (int64_t c = 0; c < channels; ++c) {
         double total = 0;
@@ -539,9 +579,6 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   constexpr bool kStreamed = !(R == Reduction::Max && sizeof(T) == 2);  // max_halves is no sum of lanes
   if (kStreamed && size * static_cast<int64_t>(sizeof(T)) >= kStreamMinBytes) {
     for (; c + G <= channels; c += G) {
-      // the next group's channels start where no stream of this one reads ahead: ask for their first lines now
-      for (int64_t next = c + G; next < min_of(c + 2 * G, channels); ++next)
-        __builtin_prefetch(x + next * size), __builtin_prefetch(x + next * size + 64 / sizeof(T));
       bool done[G];
       streamed_channels<T, R>(x + c * size, size, y + c, lp, buffer, done);
       for (int g = 0; g < G; ++g)
