@@ -1,4 +1,5 @@
-// Picks the kernel table for this CPU once, when the library loads. ONNX_POOLS_ISA forces a path: on x86-64
+// Picks the kernel table for this CPU once, at the first kernels() call (the first kernel run or the first
+// onnx_pools_isa query), reading ONNX_POOLS_ISA then. It forces a path: on x86-64
 // portable|avx2|avx512 (never one the CPU lacks), on aarch64 portable|neon. The kernel sets built are chosen
 // by CMakeLists.txt with the same compiler macros used here (__x86_64__, __aarch64__).
 #include <cstdlib>
