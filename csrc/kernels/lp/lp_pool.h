@@ -636,8 +636,9 @@ bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry&
   }
 }
 
+// LpPool over whole planes, each plane by the path its geometry takes.
 template <class T>
-void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if (g.axes.size() <= 2 && !needs_scaled_lp(lp)) {
     const RowsAndColumns rc = rows_and_columns(g);
     if (try_lp_pool_pipelined(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, lp)) return;
@@ -685,6 +686,59 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     store_block(static_cast<const A*>(roots), a.y, g.out_size);
   };
   for_each_plane_scaled(x, y, planes, g, lp, buf_a, plane_rows);
+}
+
+// ---- planes of one element (the 1x1 planes of CNN heads under padded windows), many planes per loop --------------
+
+// Every plane one element, which its one output's window holds (e.g. 3x3 pad 1 over 1x1 planes): on every plane path
+// that window's sum is the element's |x|^p (padding adds nothing, a sum of one term is the term), and the plane's
+// probe is that term too, so a plane whose term is trusted gets its root, unscaled. Such planes are consecutive
+// values: one loop takes many of them.
+inline bool single_element_planes(const PoolGeometry& g) {
+  if (g.in_size != 1 || g.out_size != 1) return false;
+  for (const AxisGeometry& axis : g.axes) {
+    if (axis.valid_count(0) != 1) return false;
+  }
+  return true;
+}
+
+// The roots of single_element_planes, a block of planes at a time; a plane whose term is not trusted is recomputed
+// alone by lp_pool_planes (scaled or exact, as that path decides).
+template <class T>
+void lp_pool_single_elements(const T* x, T* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  using A = AccOf<T>;
+  A converted[kBlock];
+  A roots[kBlock];
+  with_power(lp, [&](auto power) {
+    for (int64_t begin = 0; begin < planes; begin += kBlock) {
+      const int64_t n = min_of(kBlock, planes - begin);
+      const A* a = acc_view(x + begin, converted, n);
+      A* out = roots;
+      if constexpr (std::is_same_v<T, A>) out = y + begin;
+      int32_t bad = 0;  // n <= kBlock
+      int32_t unsure = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const A sum = power(a[j]);
+        bad += !window_sum_trusted(sum);
+        out[j] = loop_root(power, sum, unsure);
+      }
+      settle_roots(power, unsure, n, [&](int64_t j) { return power(a[j]); }, [&](int64_t j, A root) { out[j] = root; });
+      if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(out), y + begin, n);
+      if (bad == 0) continue;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!window_sum_trusted(power(a[j]))) lp_pool_planes<T>(x + begin + j, y + begin + j, 1, g, lp);
+      }
+    }
+  });
+}
+
+template <class T>
+void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  if (!needs_scaled_lp(lp) && single_element_planes(g)) {
+    lp_pool_single_elements(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
+    return;
+  }
+  lp_pool_planes<T>(xv, yv, planes, g, lp);
 }
 
 }  // namespace
