@@ -9,7 +9,8 @@ that hold the element, for p = 1, 2, 3, 4, 1.5 and 0.1 (version 1's float p; the
 
 Windows of 3 columns at stride 1 with one column of padding each side, over float and double planes, take
 lp_pool_blocked's flat rows: a block's column sums in one run of vectors across its rows (padded_triple_rows), the
-edge columns redone after it, and with row stride 1 (row kernels of 1 to 3) the roots of the whole block in one loop.
+edge columns redone after it, and with row stride 1 (row kernels of 1 to 3) the roots of the whole block in one loop
+(else a row at a time).
 The cases take rows of 2 columns up to rows of a few hundred (blocks of a few rows), planes of several blocks, and per
 plane: plain values, a NaN and an infinity (windows recomputed exactly), tiny values throughout (the plane scaled by
 a power of two from the start), huge values throughout (the plane redone at a new scale), tiny values past the first
@@ -103,6 +104,9 @@ ROW_GEOMETRIES: list[tuple[dict[str, Any], int, float]] = [
     ({"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}, 18, 2),
     ({"kernel_shape": [2, 3], "pads": [1, 1, 0, 1]}, 18, 3),
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 1, 1.5),
+    # the same column sums under the per-row roots: row stride 2, a row kernel of 5
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 1]}, 18, 3),
+    ({"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}, 18, 2),
 ]
 ROW_PLANES = [(7, 2), (5, 3), (4, 9), (40, 56), (9, 17), (23, 300)]  # H, W
 ROW_SPECIALS = 7  # planes per case: plain, NaN and inf, tiny, huge, tiny past the first rows, zeros, plain
@@ -138,7 +142,7 @@ def check_all_rows() -> int:
         x = make_row_input(dtype, plane, rng)
         full = dict(attrs, p=p)
         y, _ = run_op("LpPool", opset, dtype, x, full)
-        ref = R.lp_pool(x, attrs["kernel_shape"], pads=attrs["pads"], p=p)
+        ref = R.lp_pool(x, attrs["kernel_shape"], attrs.get("strides"), attrs["pads"], p=p)
         what = f"LpPool-{opset} {full} {dtype} {x.shape} on {onnx_pools.active_isa()}"
         assert y.shape == ref.shape, what
         for c in range(ROW_SPECIALS):
