@@ -16,6 +16,11 @@ plane: plain values, a NaN and an infinity (windows recomputed exactly), tiny va
 a power of two from the start), huge values throughout (the plane redone at a new scale), tiny values past the first
 rows (more than 1/16 of the windows untrusted: redone), zeros of both signs.
 
+Windows that tile float and double planes (kernel = stride = 2 or 3 along both axes, no padding) take the pipelined
+path, a few output rows per step: the next step's window sums made while this step's roots are taken, the roots of
+all the step's rows in one loop. The cases take output heights below, at and past a step and not a multiple of it,
+rows of fewer windows than a vector and of several vectors with a tail, and the planes of the flat rows above.
+
 Each plane or group of planes is checked against the float64 reference of tests/reference.py at its own scale, with
 the library's kernel proven to run, on every ISA this CPU runs.
 """
@@ -31,7 +36,7 @@ import onnx_pools
 import reference as R
 from helpers import assert_close_with_subnormals, cpu_isas, rerun_on_isa, run_op
 
-__all__ = ["cases", "check_all", "check_all_rows", "row_cases"]
+__all__ = ["cases", "check_all", "check_all_rows", "check_all_tiles", "row_cases", "tile_cases"]
 
 DTYPES = ["float32", "float64", "float16", "bfloat16"]
 HUGE = {"float32": 3e38, "float64": 1e308, "float16": 6e4, "bfloat16": 3e38}
@@ -151,6 +156,37 @@ def check_all_rows() -> int:
     return checked
 
 
+TILE_KERNELS = [[2, 2], [2, 3], [3, 2], [3, 3]]
+TILE_PLANES = [(3, 6), (7, 9), (8, 46), (19, 112), (27, 35)]  # H, W (windows past the last whole one are dropped)
+
+
+def tile_cases() -> list[tuple[list[int], float, str, tuple[int, int]]]:
+    out = []
+    for kernel in TILE_KERNELS:
+        for p in (2, 3):
+            for dtype in ("float32", "float64"):
+                for plane in TILE_PLANES:
+                    out.append((kernel, p, dtype, plane))
+    return out
+
+
+def check_all_tiles() -> int:
+    """Every tiling case on this process's ISA. Returns the number of cases."""
+    rng = np.random.default_rng(47)
+    checked = 0
+    for kernel, p, dtype, plane in tile_cases():
+        x = make_row_input(dtype, plane, rng)
+        attrs = {"kernel_shape": kernel, "strides": kernel, "p": p}
+        y, _ = run_op("LpPool", 18, dtype, x, attrs)
+        ref = R.lp_pool(x, kernel, kernel, p=p)
+        what = f"LpPool {attrs} {dtype} {x.shape} on {onnx_pools.active_isa()}"
+        assert y.shape == ref.shape, what
+        for c in range(ROW_SPECIALS):
+            assert_close_with_subnormals(y[0, c], ref[0, c], dtype, x[0, c], f"{what} plane {c}")
+        checked += 1
+    return checked
+
+
 def test_single_element_planes() -> None:
     assert check_all() == len(cases())
 
@@ -169,3 +205,13 @@ def test_flat_rows() -> None:
 def test_flat_rows_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_lppool_paths", "check_all_rows") == str(len(row_cases()))
+
+
+def test_tiles() -> None:
+    assert check_all_tiles() == len(tile_cases())
+
+
+@pytest.mark.parametrize("isa", cpu_isas())
+def test_tiles_on_each_isa(isa: str) -> None:
+    """The same checks with each other path forced."""
+    assert rerun_on_isa(isa, "test_lppool_paths", "check_all_tiles") == str(len(tile_cases()))
