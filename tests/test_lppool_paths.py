@@ -17,9 +17,8 @@ a power of two from the start), huge values throughout (the plane redone at a ne
 rows (more than 1/16 of the windows untrusted: redone), zeros of both signs.
 
 Windows that tile float and double planes (kernel = stride = 2 or 3 along both axes, no padding) take the pipelined
-path, a few output rows per step: the next step's window sums made while this step's roots are taken, the roots of
-all the step's rows in one loop. The cases take output heights below, at and past a step and not a multiple of it,
-rows of fewer windows than a vector and of several vectors with a tail, and the planes of the flat rows above.
+path: the next output row's window sums made while this row's roots are taken. The cases take output heights of 1
+to 13, rows of fewer windows than a vector and of several vectors with a tail, and the planes of the flat rows above.
 
 Each plane or group of planes is checked against the float64 reference of tests/reference.py at its own scale, with
 the library's kernel proven to run, on every ISA this CPU runs.

@@ -610,22 +610,16 @@ struct PairShuffles {
   }
 };
 
-// Output rows one step of the pipelined path takes: their roots are one loop (a row of 56 windows alone is 3.5
-// AVX-512 vectors, its tail and counts a large part of it).
-constexpr int64_t kPipelinedRows = 4;
-
-// One step of the pipelined path, a few output rows: out[j] = down(root of cur[j]) for their n windows (one array, as
-// the output's rows are), counting the untrusted sums, and next[r * w + j] = the window sums of output row r of the
-// next step (next_rows rows of w windows; row r's KR input rows from next_in + r * KR * in_w), in tile_sum's order.
-// 2-column windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's
-// even/odd permutes before the powers), both rows of a window added before the order is restored.
+// One output row of the pipelined path: out[j] = down(root of cur[j]) for n windows, counting the untrusted sums, and
+// (when next_in is not null) next[j] = the window sums of the KR input rows from next_in, in tile_sum's order. 2-column
+// windows take native vectors: powers of consecutive values, then PairShuffles (fewer shuffles than GCC's even/odd
+// permutes before the powers), both rows of a window added before the order is restored.
 // Kept out of line (noinline): inlined into the plane loop, it is slower.
 template <int KR, int KC, class A, class Power, class Scale, class Down>
 [[gnu::flatten, gnu::noinline]] int32_t pipelined_row(const A* __restrict cur, A* __restrict out, int64_t n,
                                                       const A* __restrict next_in, int64_t in_w, A* __restrict next,
-                                                      int64_t next_rows, int64_t w, Power power, Scale scale,
-                                                      Down down) {
-  for (int64_t r = 0; r < next_rows; ++r, next_in += KR * in_w, next += w) {
+                                                      Power power, Scale scale, Down down) {
+  if (next_in != nullptr) {
     int64_t j = 0;
     if constexpr (KC == 2) {
       using P = PairShuffles<A>;
@@ -634,16 +628,16 @@ template <int KR, int KC, class A, class Power, class Scale, class Down>
         return P::sums(lane_power(power, scale(S::load(s + 2 * at))),
                        lane_power(power, scale(S::load(s + 2 * at + P::L))));
       };
-      for (; j + P::L <= w; j += P::L) {
+      for (; j + P::L <= n; j += P::L) {
         typename S::Value sum = pairs(next_in, j) + pairs(next_in + in_w, j);
         if constexpr (KR == 3) sum += pairs(next_in + 2 * in_w, j);
         S::store(next + j, P::in_order(sum));
       }
     }
     auto map = [&](A v) __attribute__((always_inline)) { return power(scale(v)); };
-    for (; j < w; ++j) next[j] = tile_sum<KR, KC>(next_in, in_w, j, map);
+    for (; j < n; ++j) next[j] = tile_sum<KR, KC>(next_in, in_w, j, map);
   }
-  int32_t bad = 0;  // n <= kPipelinedRows * kBlockedRowLimit: 32-bit lanes count in one instruction per vector
+  int32_t bad = 0;  // n <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
   int32_t unsure = 0;
   for (int64_t j = 0; j < n; ++j) {
     bad += !window_sum_trusted(cur[j]);
@@ -657,16 +651,13 @@ template <int KR, int KC, class A>
 void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                        const LpNorm& lp) {
   const int64_t in_w = rc.cols.in, out_w = rc.cols.out, out_h = rc.rows.out;
-  const int64_t step_values = kPipelinedRows * out_w;  // window sums of one step
   ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
-                       sizeof(A) * static_cast<size_t>(2 * step_values + kBlock));
+                       sizeof(A) * static_cast<size_t>(2 * out_w + kBlock));
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
-  A* sums = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());  // two steps' window sums
-  A* probe_buffer = sums + 2 * step_values;
-  // Input rows fetched ahead of the loads that use them, kAhead output rows on: with a step of kPipelinedRows rows,
-  // the rows whose window sums the step makes, all their cache lines requested at once before the step's loads
-  // (further ahead was slower).
-  constexpr int64_t kAhead = kPipelinedRows;
+  A* sums = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());  // two output rows' window sums
+  A* probe_buffer = sums + 2 * out_w;
+  // Input rows fetched ahead of the loads that use them: far enough for memory's latency (a few output rows).
+  constexpr int64_t kAhead = 4;
   const int64_t input_values = planes * g.in_size;
   auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& redo_needed) {
     const A* xp = a.x;
@@ -674,38 +665,28 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
     const int64_t plane = a.plane;
     const PowerOfTwo<A> up = a.up, down = a.down;
     auto run = [&](auto scale, auto down_scale) {
-      // the first step's window sums
-      const int64_t first_rows = min_of(kPipelinedRows, out_h);
-      for (int64_t r = 0; r < first_rows; ++r) {
-        for (int64_t j = 0; j < out_w; ++j) {
-          sums[r * out_w + j] = tile_sum<KR, KC>(xp + r * KR * in_w, in_w, j, [&](A v) { return power(scale(v)); });
-        }
+      // the first output row's window sums
+      for (int64_t j = 0; j < out_w; ++j) {
+        sums[j] = tile_sum<KR, KC>(xp, in_w, j, [&](A v) { return power(scale(v)); });
       }
-      int64_t parity = 0;
-      for (int64_t oh = 0; oh < out_h; oh += kPipelinedRows, parity ^= 1) {
-        const int64_t rows_now = min_of(kPipelinedRows, out_h - oh);
-        const A* cur = sums + parity * step_values;
-        A* next = sums + (parity ^ 1) * step_values;
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const A* cur = sums + (oh & 1) * out_w;
+        A* next = sums + ((oh + 1) & 1) * out_w;
         // the input rows kAhead output rows on (in the next plane near the end of this one), one cache line
         // in every 64 bytes of them
         const int64_t fetch_first = plane * g.in_size + (oh + kAhead) * KR * in_w;
-        const int64_t fetch_values = min_of(rows_now * KR * in_w, input_values - fetch_first);
-        if (fetch_values > 0) {
+        if (fetch_first + KR * in_w <= input_values) {
           const char* fetch = reinterpret_cast<const char*>(x + fetch_first);
-          const int64_t fetch_bytes = fetch_values * static_cast<int64_t>(sizeof(A));
+          const int64_t fetch_bytes = KR * in_w * static_cast<int64_t>(sizeof(A));
           for (int64_t b = 0; b < fetch_bytes; b += 64) __builtin_prefetch(fetch + b);
         }
-        const int64_t next_oh = oh + rows_now;
-        const int64_t next_rows = next_oh < out_h ? min_of(kPipelinedRows, out_h - next_oh) : 0;
-        const A* next_in = xp + next_oh * KR * in_w;  // read only for next_rows > 0
-        A* y_rows = yp + oh * out_w;
-        const int64_t n = rows_now * out_w;
-        const int32_t bad =
-            pipelined_row<KR, KC>(cur, y_rows, n, next_in, in_w, next, next_rows, out_w, power, scale, down_scale);
+        const A* next_in = oh + 1 < out_h ? xp + (oh + 1) * KR * in_w : nullptr;
+        A* y_row = yp + oh * out_w;
+        const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, down_scale);
         if (bad == 0) continue;
         if (redo_needed(bad)) return;
-        for (int64_t j = 0; j < n; ++j) {
-          if (!window_sum_trusted(cur[j])) y_rows[j] = exact_window(xp, g, oh * out_w + j, index, lp);
+        for (int64_t j = 0; j < out_w; ++j) {
+          if (!window_sum_trusted(cur[j])) y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp);
         }
       }
     };
