@@ -295,6 +295,33 @@ void padded_triple_sums(const A* __restrict s, A* __restrict d, int64_t n, Power
   if (j < n - 1) at(n - 1 - S::kLength);
 }
 
+// padded_triple_sums of `count` consecutive rows of n >= 2 columns (a row every n values in s and in d) in one pass:
+// the inner columns of all rows as one run of native vectors (where it crosses from a row to the next it computes
+// the edge columns with values of the row beside them), then each row's two edge columns again, with their padding,
+// over those. The same sums in the same order, without a row's setup and scalar edges between its vectors.
+template <class A, class Power, class Scale>
+void padded_triple_rows(const A* __restrict s, A* __restrict d, int64_t n, int64_t count, Power power, Scale scale) {
+  using S = Simd<A>;
+  const int64_t total = n * count;
+  if (total - 2 < S::kLength) {
+    for (int64_t r = 0; r < count; ++r) padded_triple_sums(s + r * n, d + r * n, n, power, scale);
+    return;
+  }
+  auto map = [&](auto v) __attribute__((always_inline)) { return lane_power(power, scale(v)); };
+  auto at = [&](int64_t j) __attribute__((always_inline)) {
+    S::store(d + j, (map(S::load(s + j - 1)) + map(S::load(s + j))) + map(S::load(s + j + 1)));
+  };
+  int64_t j = 1;
+  for (; j + S::kLength <= total - 1; j += S::kLength) at(j);
+  if (j < total - 1) at(total - 1 - S::kLength);
+  for (int64_t r = 0; r < count; ++r) {
+    const A* sr = s + r * n;
+    A* dr = d + r * n;
+    dr[0] = (A(0) + power(scale(sr[0]))) + power(scale(sr[1]));
+    dr[n - 1] = (power(scale(sr[n - 2])) + power(scale(sr[n - 1]))) + A(0);
+  }
+}
+
 template <class T>
 void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                      const RowBlocks& rb, const LpNorm& lp) {
@@ -324,6 +351,12 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   const bool same_width_triples = std::is_same_v<T, A> && !side_by_side && cols.kernel == 3 && cols.stride == 1 &&
                                   cols.dilation == 1 && cols.pad_begin == 1 && out_w == in_w && in_w >= 2;
   if (side_by_side || same_width_triples) fill(column, column_values, A(0));  // ignored outputs past out_w stay 0
+  // Rows of column sums cp values apart: out_pitch, or for same_width_triples exactly an output row, so that the
+  // column sums of consecutive input rows are one array, as the output's rows are.
+  const int64_t cp = same_width_triples ? out_w : op;
+  // Row stride 1 over such sums: the window sums of a block's output rows are (c[i] + c[i + cp]) + ... for i across
+  // the whole block, stored straight into the output: one loop for the block's roots.
+  const bool flat_rows = same_width_triples && rows.stride == 1 && rows.kernel <= 3;
   auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
     const T* xp = a.x;
     T* yp = a.y;
@@ -341,18 +374,29 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       const int64_t nb = min_of(rb.block, rows.out - oh0);
       const int64_t first_row = oh0 * rows.stride - rows.pad_begin;
       const int64_t span = (nb - 1) * rows.stride + rows.kernel;
-      if (side_by_side || same_width_triples) {
-        // Both build the column sums straight from the input rows; only the sum differs.
-        auto column_sums = [&](const A* src, A* d, auto scale) {
-          if (side_by_side) {
-            mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(scale(v)); });
+      if (same_width_triples) {
+        // the block's input rows inside the plane are consecutive: their column sums in one pass; rows of padding 0
+        const int64_t t_lo = min_of(span, max_of(ready, -first_row));
+        const int64_t t_hi = max_of(t_lo, min_of(span, rows.in - first_row));
+        fill(column + ready * cp, (t_lo - ready) * cp, A(0));
+        fill(column + t_hi * cp, (span - t_hi) * cp, A(0));
+        if (t_hi > t_lo) {
+          const A* src = reinterpret_cast<const A*>(xp + (first_row + t_lo) * in_w);  // T is A here
+          A* d = column + t_lo * cp;
+          if (e == 0) {
+            padded_triple_rows(src, d, in_w, t_hi - t_lo, power, [](auto v) { return v; });
           } else {
-            padded_triple_sums(src, d, in_w, power, scale);
+            padded_triple_rows(src, d, in_w, t_hi - t_lo, power, [&](auto v) { return v * up.first * up.second; });
           }
+        }
+      } else if (side_by_side) {
+        // the column sums straight from the input rows
+        auto column_sums = [&](const A* src, A* d, auto scale) {
+          mapped_column_sums(src, d, out_w, cols, [&](A v) { return power(scale(v)); });
         };
         for (int64_t t = ready; t < span; ++t) {
           const int64_t row = first_row + t;
-          A* d = column + t * op;
+          A* d = column + t * cp;
           if (row < 0 || row >= rows.in) {
             fill(d, out_w, A(0));
           } else {
@@ -366,8 +410,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         }
       } else {
         for (int64_t t = ready; t < span; ++t) power_row(first_row + t, powered + t * rb.pitch + cols.pad_begin);
-        single_channel_window_sums(static_cast<const A*>(powered + ready * rb.pitch), column + ready * op,
-                                   (span - ready) * op, cols);
+        single_channel_window_sums(static_cast<const A*>(powered + ready * rb.pitch), column + ready * cp,
+                                   (span - ready) * cp, cols);
       }
       // The input rows the next block (or the next plane's first block) reads, fetched into the cache a part
       // per output row while this block computes its roots: memory and arithmetic then overlap.
@@ -393,14 +437,54 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       }
       // a whole number of cache lines per output row, computed once: no division per row
       const int64_t fetch_chunk = ((fetch_bytes + nb - 1) / nb + 63) & ~int64_t{63};
+      if (flat_rows) {
+        // The block's rows in one loop, as the rows below; without their fetches ahead, which here cost more than
+        // they save (the input is read in order, which the hardware's prefetchers follow).
+        const A* c0 = column;
+        const A* c1 = c0 + cp;
+        const A* c2 = c1 + cp;
+        A* out = reinterpret_cast<A*>(yp + oh0 * out_w);  // T is A here
+        const int64_t n = nb * out_w;
+        int32_t bad = 0;  // n <= max(kBlockValues, kBlockedRowLimit): 32-bit lanes
+        auto finish = [&](auto sum_at) {
+          int32_t unsure = 0;
+          if (e == 0) {
+            for (int64_t j = 0; j < n; ++j) {
+              const A sum = sum_at(j);
+              bad += !window_sum_trusted(sum);
+              out[j] = loop_root(power, sum, unsure);
+            }
+          } else {
+            for (int64_t j = 0; j < n; ++j) {
+              const A sum = sum_at(j);
+              bad += !window_sum_trusted(sum);
+              out[j] = loop_root(power, sum, unsure) * down.first * down.second;
+            }
+          }
+          settle_roots(power, unsure, n, sum_at, [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
+          if (bad == 0) return true;
+          if (redo_needed(bad)) return false;
+          for (int64_t j = 0; j < n; ++j) {
+            if (!window_sum_trusted(sum_at(j))) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+          }
+          return true;
+        };
+        bool go_on = true;
+        switch (rows.kernel) {
+          case 1: go_on = finish([&](int64_t j) { return c0[j]; }); break;
+          case 2: go_on = finish([&](int64_t j) { return c0[j] + c1[j]; }); break;
+          default: go_on = finish([&](int64_t j) { return (c0[j] + c1[j]) + c2[j]; });
+        }
+        if (!go_on) return;
+      }
       // Per output row, in one loop: the row sums of its kernel rows, the trust test, the root, the store. (All of
       // a block's column sums are made first, above: that keeps more cache misses in flight than making each just
       // before the first output row that needs it.)
-      for (int64_t r = 0; r < nb; ++r) {
+      for (int64_t r = 0; r < nb && !flat_rows; ++r) {
         for (int64_t b = r * fetch_chunk, end = min_of(fetch_bytes, b + fetch_chunk); b < end; b += 64) {
           __builtin_prefetch(fetch_begin + b);
         }
-        const A* c0 = column + r * rows.stride * op;
+        const A* c0 = column + r * rows.stride * cp;
         T* y_row = yp + (oh0 + r) * out_w;
         A* out = roots;
         if constexpr (std::is_same_v<T, A>) out = y_row;
@@ -423,18 +507,18 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
           settle_roots(power, unsure, out_w, sum_at,  // (with e == 0 both factors are 1: the root itself)
                        [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
         };
-        const A* c1 = c0 + op;
-        const A* c2 = c1 + op;
+        const A* c1 = c0 + cp;
+        const A* c2 = c1 + cp;
         switch (rows.kernel) {
           case 1: finish([&](int64_t j) { return c0[j]; }); break;
           case 2: finish([&](int64_t j) { return c0[j] + c1[j]; }); break;
           case 3: finish([&](int64_t j) { return (c0[j] + c1[j]) + c2[j]; }); break;
-          default: stacked_row_sums(c0, op, rows.kernel, sums, out_w); finish([&](int64_t j) { return sums[j]; });
+          default: stacked_row_sums(c0, cp, rows.kernel, sums, out_w); finish([&](int64_t j) { return sums[j]; });
         }
         if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(roots), y_row, out_w);
         if (bad == 0) continue;
         if (redo_needed(bad)) return;
-        stacked_row_sums(c0, op, rows.kernel, sums, out_w);
+        stacked_row_sums(c0, cp, rows.kernel, sums, out_w);
         for (int64_t j = 0; j < out_w; ++j) {
           if (!window_sum_trusted(sums[j])) {
             const A value = exact_window(xp, g, (oh0 + r) * out_w + j, index, lp);
@@ -446,7 +530,7 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       const int64_t next_first = (oh0 + nb) * rows.stride - rows.pad_begin;
       ready = max_of<int64_t>(0, first_row + span - next_first);
       if (ready > 0) {
-        std::memmove(column, column + (span - ready) * op, sizeof(A) * static_cast<size_t>(ready * op));
+        std::memmove(column, column + (span - ready) * cp, sizeof(A) * static_cast<size_t>(ready * cp));
       }
     }
   };
@@ -636,8 +720,9 @@ bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry&
   }
 }
 
+// LpPool over whole planes, each plane by the path its geometry takes.
 template <class T>
-void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if (g.axes.size() <= 2 && !needs_scaled_lp(lp)) {
     const RowsAndColumns rc = rows_and_columns(g);
     if (try_lp_pool_pipelined(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, lp)) return;
@@ -685,6 +770,59 @@ void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, co
     store_block(static_cast<const A*>(roots), a.y, g.out_size);
   };
   for_each_plane_scaled(x, y, planes, g, lp, buf_a, plane_rows);
+}
+
+// ---- planes of one element (the 1x1 planes of CNN heads under padded windows), many planes per loop --------------
+
+// Every plane one element, which its one output's window holds (e.g. 3x3 pad 1 over 1x1 planes): on every plane path
+// that window's sum is the element's |x|^p (padding adds nothing, a sum of one term is the term), and the plane's
+// probe is that term too, so a plane whose term is trusted gets its root, unscaled. Such planes are consecutive
+// values: one loop takes many of them.
+inline bool single_element_planes(const PoolGeometry& g) {
+  if (g.in_size != 1 || g.out_size != 1) return false;
+  for (const AxisGeometry& axis : g.axes) {
+    if (axis.valid_count(0) != 1) return false;
+  }
+  return true;
+}
+
+// The roots of single_element_planes, a block of planes at a time; a plane whose term is not trusted is recomputed
+// alone by lp_pool_planes (scaled or exact, as that path decides).
+template <class T>
+void lp_pool_single_elements(const T* x, T* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  using A = AccOf<T>;
+  A converted[kBlock];
+  A roots[kBlock];
+  with_power(lp, [&](auto power) {
+    for (int64_t begin = 0; begin < planes; begin += kBlock) {
+      const int64_t n = min_of(kBlock, planes - begin);
+      const A* a = acc_view(x + begin, converted, n);
+      A* out = roots;
+      if constexpr (std::is_same_v<T, A>) out = y + begin;
+      int32_t bad = 0;  // n <= kBlock
+      int32_t unsure = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        const A sum = power(a[j]);
+        bad += !window_sum_trusted(sum);
+        out[j] = loop_root(power, sum, unsure);
+      }
+      settle_roots(power, unsure, n, [&](int64_t j) { return power(a[j]); }, [&](int64_t j, A root) { out[j] = root; });
+      if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(out), y + begin, n);
+      if (bad == 0) continue;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!window_sum_trusted(power(a[j]))) lp_pool_planes<T>(x + begin + j, y + begin + j, 1, g, lp);
+      }
+    }
+  });
+}
+
+template <class T>
+void lp_pool(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  if (!needs_scaled_lp(lp) && single_element_planes(g)) {
+    lp_pool_single_elements(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
+    return;
+  }
+  lp_pool_planes<T>(xv, yv, planes, g, lp);
 }
 
 }  // namespace
