@@ -11,7 +11,7 @@ Windows of 3 columns at stride 1 with one column of padding each side, over floa
 lp_pool_blocked's flat rows: a block's column sums in one run of vectors across its rows (padded_triple_rows), the
 edge columns redone after it, and with row stride 1 (row kernels of 1 to 3) the roots of the whole block in one loop
 (else a row at a time).
-The cases take rows of 2 columns up to rows of a few hundred (blocks of a few rows), planes of several blocks, and per
+The cases take rows of 2 columns up to rows of 150 (blocks of a few rows), planes of several blocks, and per
 plane: plain values, a NaN and an infinity (windows recomputed exactly), tiny values throughout (the plane scaled by
 a power of two from the start), huge values throughout (the plane redone at a new scale), tiny values past the first
 rows (more than 1/16 of the windows untrusted: redone), zeros of both signs.
@@ -113,7 +113,7 @@ ROW_GEOMETRIES: list[tuple[dict[str, Any], int, float]] = [
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 1]}, 18, 3),
     ({"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}, 18, 2),
 ]
-ROW_PLANES = [(7, 2), (5, 3), (4, 9), (40, 56), (9, 17), (23, 300)]  # H, W
+ROW_PLANES = [(7, 2), (5, 3), (4, 9), (21, 56), (9, 17), (11, 150)]  # H, W
 ROW_SPECIALS = 7  # planes per case: plain, NaN and inf, tiny, huge, tiny past the first rows, zeros, plain
 
 
