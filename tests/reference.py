@@ -114,6 +114,15 @@ def global_lp_pool(x, p=2):
     return lp_reduce(x, p, _spatial_axes(x))
 
 
+def global_pool(op, x, p=2):
+    """The reference of a global pool op by name (p: GlobalLpPool's)."""
+    if op == "GlobalAveragePool":
+        return global_average_pool(x)
+    if op == "GlobalMaxPool":
+        return global_max_pool(x)
+    return global_lp_pool(x, p)
+
+
 # --------------------------------------------------------------------------- LpPool geometry
 
 
