@@ -25,7 +25,7 @@ from onnx_pools.model_tools import max_abs_diff
 
 __all__ = ["ROUNDS", "SMALL_BYTES", "bench_case", "compare", "markdown_table", "read_ceiling"]
 
-ROUNDS = 5  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
+ROUNDS = 15  # measurements are interleaved in rounds, so that a noisy stretch of a shared machine hits every engine
 # Inputs this small run in microseconds to tens of microseconds, much of it the per-run cost of a node: each
 # sample is then the mean of a burst of runs taking SMALL_SAMPLE_S, with the engines alternating in SMALL_ROUNDS
 # short rounds, so that a shared machine's noise (preemptions of tens of microseconds) hits every engine alike

@@ -163,7 +163,7 @@ def time_interleaved(
                         torch.set_num_threads(t)
                     ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
                 samples[(engine, t)] += ts
-                if t > 1:
+                if t > 1 or engine == "openvino":
                     time.sleep(SPIN_SETTLE_S)
     finally:
         if torch is not None:
