@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any, Callable, Union
 
+import numpy as np
+
 import onnx_pools
 from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
 from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
@@ -41,6 +43,10 @@ def _serve() -> int:
             send(onnx_pools.active_isa())
         elif kind == "setup":  # (a key: kept beside the sessions of other keys, for --spread)
             _, model, x, threads, *key = msg
+            # An unpickled array lives in the pickle's buffer, which numpy did not allocate: it gets no transparent
+            # huge pages, where the parent's arrays (stock ORT's, PyTorch's, OpenVINO's and the ceiling's input)
+            # do, and a stream over 4 KiB pages reads markedly slower. A copy by numpy reads like theirs.
+            x = np.array(x, copy=True)
             if not key:
                 runners.clear()
             outputs = {}
