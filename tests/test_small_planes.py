@@ -55,7 +55,8 @@ HUGE = {"float32": 3e38, "float64": 1e308, "float16": 6e4, "bfloat16": 3e38}
 
 def make_input(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Normal values, with channel 1 holding a NaN, 2 an infinity, 3 huge values (float lanes overflow), 4 only
-    zeros of both signs and negative values, 5 subnormal values (float16: outside SSE2's fast conversion)."""
+    zeros of both signs and negative values, 5 subnormal values (float16: outside SSE2's fast conversion), 6 a NaN
+    last (in the overlapping last vector of a maximum)."""
     x = rng.standard_normal(shape)
     flat = x.reshape(shape[0] * shape[1], -1)
     n = flat.shape[1]
@@ -65,6 +66,7 @@ def make_input(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> 
         3: lambda c: c.__setitem__(slice(None), HUGE[dtype] * np.sign(c + 0.5)),
         4: lambda c: c.__setitem__(slice(None), rng.choice([0.0, -0.0, -1.0], n)),
         5: lambda c: c.__setitem__(slice(None), c * 2.0**-20),
+        6: lambda c: c.__setitem__(n - 1, np.nan),
     }
     for channel, put in specials.items():
         if channel < flat.shape[0]:

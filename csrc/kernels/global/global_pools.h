@@ -243,6 +243,23 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
 }
 #endif
 
+// Whether a NaN is in a or b, lane by lane; SSE2 tests two vectors in one comparison.
+#if defined(__SSE2__) && !defined(__AVX__)
+constexpr bool kPairedNanCheck = true;
+inline Simd<float>::Mask unordered(Simd<float>::Value a, Simd<float>::Value b) {
+  return reinterpret_cast<Simd<float>::Mask>(_mm_cmpunord_ps(a, b));
+}
+inline Simd<double>::Mask unordered(Simd<double>::Value a, Simd<double>::Value b) {
+  return reinterpret_cast<Simd<double>::Mask>(_mm_cmpunord_pd(a, b));
+}
+#else
+constexpr bool kPairedNanCheck = false;
+template <class V>
+auto unordered(V a, V b) {
+  return (a != a) | (b != b);
+}
+#endif
+
 // The maxima of G channels side by side (channel g at a + g * stride, n >= one native vector each), each from
 // `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
 // per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
@@ -260,19 +277,29 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
   for (; i + K * N <= n; i += K * N) {
+    V v[G * K];
     for (int g = 0; g < G; ++g) {
       for (int k = 0; k < K; ++k) {
-        const V v = S::load(a + g * stride + i + k * N);
-        m[g][k] = v > m[g][k] ? v : m[g][k];
-        nan[k] |= v != v;
+        v[g * K + k] = S::load(a + g * stride + i + k * N);
+        m[g][k] = v[g * K + k] > m[g][k] ? v[g * K + k] : m[g][k];
       }
+    }
+    if constexpr (kPairedNanCheck) {  // SSE2: one comparison per two vectors
+      for (int j = 0; j < G * K; j += 2) nan[j / 2 % K] |= unordered(v[j], v[j + 1]);
+    } else {
+      for (int j = 0; j < G * K; ++j) nan[j % K] |= v[j] != v[j];
     }
   }
   for (; i < n; i += N) {  // the rest, the last vector overlapping
+    V v[G];
     for (int g = 0; g < G; ++g) {
-      const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
-      m[g][0] = v > m[g][0] ? v : m[g][0];
-      nan[0] |= v != v;
+      v[g] = S::load(a + g * stride + (i + N <= n ? i : n - N));
+      m[g][0] = v[g] > m[g][0] ? v[g] : m[g][0];
+    }
+    if constexpr (kPairedNanCheck && G % 2 == 0) {
+      for (int g = 0; g < G; g += 2) nan[0] |= unordered(v[g], v[g + 1]);
+    } else {
+      for (int g = 0; g < G; ++g) nan[0] |= v[g] != v[g];
     }
   }
   // folded in registers, without an exit per lane: short channels pay this per channel
