@@ -7,11 +7,11 @@ kShortMaxGroupBytes; a NaN in the group sends each channel back to max_block), 1
 bfloat16 channels below a streamed float channel converted a block of channels at a time (convert_block) and pooled
 as float; 16-bit maxima in vectors of N, N/2 or 8 lanes with an overlapping last one; the
 tails of longer channels loaded as zero-padded vectors (masked loads on avx2 / avx512); float16 means on the portable
-path summed as converted (scaled_half_means: groups of 256 channels, a group with an infinity or NaN converted as a
-block instead, and every group under ORT's denormals-as-zero option). The shapes below put channels
-across several conversion blocks, the lengths on both sides of each threshold, and channels whose sums leave the
-fast paths (NaN, infinity, overflow, subnormal float16) among plain ones. Each case is checked against the float64
-references of tests/reference.py, with the library's kernel proven to run, on every ISA this CPU runs.
+and avx2 paths summed as converted (scaled_half_means: groups of 256 channels, a group with an infinity or NaN
+converted as a block instead, and on the portable path every group under ORT's denormals-as-zero option). The shapes
+below put channels across several conversion blocks, the lengths on both sides of each threshold, and channels whose
+sums leave the fast paths (NaN, infinity, overflow, subnormal float16) among plain ones. Each case is checked against
+the float64 references of tests/reference.py, with the library's kernel proven to run, on every ISA this CPU runs.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def test_short_channels_on_each_isa(isa: str) -> None:
     assert rerun_on_isa(isa, "test_small_planes") == str(len(cases()))
 
 
-# float16 means of short channels without a conversion instruction (portable): summed as converted, in groups of 256
-# channels (scaled_half_means), a group with an infinity or NaN left to the block conversion. Shapes over two groups,
+# float16 means of short channels on the portable and avx2 paths: summed as converted, in groups of 256 channels
+# (scaled_half_means), a group with an infinity or NaN left to the block conversion. Shapes over two groups,
 # lengths around the thresholds of the sums (8 and 64 elements, the streamed length).
 FLOAT16_MEAN_SHAPES = [(1, 300, 3, 3), (1, 300, 7, 7), (1, 300, 8, 8), (1, 300, 9, 9), (1, 300, 17, 17)]
 FLOAT16_MEAN_SHAPES += [(1, 300, n) for n in (8, 15, 63, 65, 511)]

@@ -404,7 +404,7 @@ struct AccLoader<Float16> {
 struct ScaledHalves {
   typedef int16_t Halves __attribute__((vector_size(16)));
   typedef uint16_t UnsignedHalves __attribute__((vector_size(16)));
-  using V = Simd<float>::Value;
+  using V = Simd<float, 16>::Value;
   static constexpr float kScale = 0x1p112f;
   Halves largest = {};  // the largest magnitude converted
   static Halves load(const void* p) {
@@ -429,6 +429,26 @@ struct ScaledHalves {
     constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
     return (_mm_getcsr() & (kFlushToZero | kDenormalsAreZero)) == 0;
   }
+};
+#elif defined(__F16C__) && !defined(__AVX512F__)
+// ScaledHalves' interface over the conversion instruction (no scale; it converts every value exactly). Not with
+// AVX-512, whose float path sums converted copies in 16-lane vectors, faster than ScaledHalves' users' 4 lanes.
+struct ScaledHalves {
+  typedef int16_t Halves __attribute__((vector_size(16)));
+  using V = Simd<float, 16>::Value;
+  static constexpr float kScale = 1;
+  static Halves load(const void* p) {
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    return h;
+  }
+  [[gnu::always_inline]] void convert(Halves h, V& low, V& high) {
+    const __m128i bits = reinterpret_cast<__m128i>(h);
+    low = _mm_cvtph_ps(bits);
+    high = _mm_cvtph_ps(_mm_unpackhi_epi64(bits, bits));
+  }
+  bool finite() const { return true; }
+  static bool kept_subnormals() { return true; }
 };
 #endif
 

@@ -154,7 +154,7 @@ double mapped_sum_elements(const T* a, int64_t n, Map map, AccOf<T>* buffer) {
   return load.exact() ? sum : mapped_sum_block(acc_view(a, buffer, n), n, map);
 }
 
-#if defined(__SSE2__) && !defined(__F16C__)
+#if defined(__SSE2__) && !defined(__AVX512F__)  // where ScaledHalves is (simd.h)
 // The halves from lane `drop` on, moved down to lane 0, zeros after them (drop is the same all through a call: a
 // predicted jump).
 inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
@@ -171,15 +171,16 @@ inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
   }
 }
 
-// The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n)
-// without a conversion instruction: the float path's sums of the same values in the same order, in ScaledHalves'
-// scaled domain (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
-// mapped_sum_streams' 32 lanes, its zero-padded tail and fold_vectors from there on). Returns false, means unset,
-// if subnormals are flushed or an infinity or NaN came by: the caller then converts the block.
+// The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
+// converted in registers as they are summed instead of into a copy: the float path's sums of the same values in the
+// same order (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
+// mapped_sum_streams' 32 lanes in 4-lane vectors, its zero-padded tail and fold_vectors from there on; the same on
+// every vector width), in ScaledHalves' scaled domain without F16C. Returns false, means unset, if subnormals are
+// flushed (without F16C) or a sum is not finite: the caller then converts the block.
 constexpr int64_t kScaledMeansGroup = 256;  // channels per call: count <= this
 inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float* means) {
-  using V = Simd<float>::Value;
-  static_assert(Simd<float>::kLength == 4 && kLanes<float> == 32, "the lanes of short_sum and mapped_sum_streams");
+  using V = Simd<float, 16>::Value;
+  static_assert(kLanes<float> == 32, "the lanes of short_sum and mapped_sum_streams");
   if (!ScaledHalves::kept_subnormals()) return false;
   ScaledHalves halves;
   double sums[kScaledMeansGroup];
@@ -233,7 +234,9 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
       sums[j] = fold_vectors<float, 8, 16>(acc) * static_cast<double>(ScaledHalves::kScale);
     }
   }
-  if (!halves.finite()) return false;
+  bool finite = halves.finite();
+  for (int64_t j = 0; j < count; ++j) finite &= std::isfinite(sums[j]);
+  if (!finite) return false;
   for (int64_t j = 0; j < count; ++j) {
     double total = 0;
     total += sums[j];
@@ -519,7 +522,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           store_block(pooled, y + c, count);
         }
       };
-#if defined(__SSE2__) && !defined(__F16C__)
+#if defined(__SSE2__) && !defined(__AVX512F__)
       if constexpr (std::is_same_v<T, Float16> && R == Reduction::Average) {
         if (size >= 8) {  // summed as converted, without a converted copy to store and read again
           for (int64_t c = 0; c < channels; c += kScaledMeansGroup) {
