@@ -394,6 +394,64 @@ struct AccLoader<Float16> {
 };
 #pragma GCC diagnostic pop
 
+#if defined(__SSE2__) && !defined(__F16C__)
+// Float16 without a conversion instruction, for sums: each half's bits moved into float position are its value times
+// 2^-112, subnormal halves included (as float subnormals), with no arithmetic. A sum of such values, in any order, is
+// the image of the same sum of the converted values, rounded the same: every partial sum of halves is a multiple of
+// 2^-24, so one below float's normal range (2^-14, scaled) is a float subnormal, exact. One multiply by 2^112 of the
+// sum then gives the float sum's bits. That needs subnormals kept: kept_subnormals() reads MXCSR (denormals-are-zero,
+// flush-to-zero). Infinity and NaN have no such image: finite() says whether one came by.
+struct ScaledHalves {
+  typedef int16_t Halves __attribute__((vector_size(16)));
+  typedef uint16_t UnsignedHalves __attribute__((vector_size(16)));
+  using V = Simd<float, 16>::Value;
+  static constexpr float kScale = 0x1p112f;
+  Halves largest = {};  // the largest magnitude converted
+  static Halves load(const void* p) {
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    return h;
+  }
+  // halves 0..3 into low, 4..7 into high
+  [[gnu::always_inline]] void convert(Halves h, V& low, V& high) {
+    const Halves magnitude = h & 0x7fff;
+    largest = magnitude > largest ? magnitude : largest;
+    const Halves top = (h >> 3) & static_cast<int16_t>(0x8fff);  // sign, exponent, the mantissa's upper 7 bits
+    const Halves bottom = reinterpret_cast<Halves>(reinterpret_cast<UnsignedHalves>(h) << 13);  // mantissa's lower 3
+    low = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 0, 8, 1, 9, 2, 10, 3, 11));
+    high = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 4, 12, 5, 13, 6, 14, 7, 15));
+  }
+  bool finite() const {
+    const Halves over = largest >= 0x7c00;
+    return fold_halves<int16_t, 16>(over, [](auto x, auto y) { return x | y; }) == 0;
+  }
+  static bool kept_subnormals() {
+    constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
+    return (_mm_getcsr() & (kFlushToZero | kDenormalsAreZero)) == 0;
+  }
+};
+#elif defined(__F16C__) && !defined(__AVX512F__)
+// ScaledHalves' interface over the conversion instruction (no scale; it converts every value exactly). Not with
+// AVX-512, whose float path sums converted copies in 16-lane vectors, faster than ScaledHalves' users' 4 lanes.
+struct ScaledHalves {
+  typedef int16_t Halves __attribute__((vector_size(16)));
+  using V = Simd<float, 16>::Value;
+  static constexpr float kScale = 1;
+  static Halves load(const void* p) {
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    return h;
+  }
+  [[gnu::always_inline]] void convert(Halves h, V& low, V& high) {
+    const __m128i bits = reinterpret_cast<__m128i>(h);
+    low = _mm_cvtph_ps(bits);
+    high = _mm_cvtph_ps(_mm_unpackhi_epi64(bits, bits));
+  }
+  bool finite() const { return true; }
+  static bool kept_subnormals() { return true; }
+};
+#endif
+
 // load_block's values; SSE2's float16 through the loader's conversion in registers where it covers them (a
 // multiply instead of halves_to_floats' selects).
 template <class T>

@@ -154,6 +154,115 @@ double mapped_sum_elements(const T* a, int64_t n, Map map, AccOf<T>* buffer) {
   return load.exact() ? sum : mapped_sum_block(acc_view(a, buffer, n), n, map);
 }
 
+#if defined(__SSE2__) && !defined(__AVX512F__)  // where ScaledHalves is (simd.h)
+// The halves from lane `drop` on, moved down to lane 0, zeros after them (drop is the same all through a call: a
+// predicted jump).
+inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
+  const ScaledHalves::Halves z = {};
+  switch (drop) {
+    case 1: return __builtin_shufflevector(h, z, 1, 2, 3, 4, 5, 6, 7, 8);
+    case 2: return __builtin_shufflevector(h, z, 2, 3, 4, 5, 6, 7, 8, 8);
+    case 3: return __builtin_shufflevector(h, z, 3, 4, 5, 6, 7, 8, 8, 8);
+    case 4: return __builtin_shufflevector(h, z, 4, 5, 6, 7, 8, 8, 8, 8);
+    case 5: return __builtin_shufflevector(h, z, 5, 6, 7, 8, 8, 8, 8, 8);
+    case 6: return __builtin_shufflevector(h, z, 6, 7, 8, 8, 8, 8, 8, 8);
+    case 7: return __builtin_shufflevector(h, z, 7, 8, 8, 8, 8, 8, 8, 8);
+    default: return h;
+  }
+}
+
+// The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
+// converted in registers as they are summed instead of into a copy: the float path's sums of the same values in the
+// same order (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
+// mapped_sum_streams' 32 lanes in 4-lane vectors, its zero-padded tail and fold_vectors from there on; the same on
+// every vector width), in ScaledHalves' scaled domain without F16C. Returns false, means unset, if subnormals are
+// flushed (without F16C) or a sum is not finite: the caller then converts the block.
+constexpr int64_t kScaledMeansGroup = 256;  // channels per call: count <= this
+inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float* means) {
+  using V = Simd<float, 16>::Value;
+  static_assert(kLanes<float> == 32, "the lanes of short_sum and mapped_sum_streams");
+  if (!ScaledHalves::kept_subnormals()) return false;
+  ScaledHalves halves;
+  double sums[kScaledMeansGroup];
+  if (n < 2 * kLanes<float>) {
+    const int64_t whole = n - n % 8;
+    for (int64_t j = 0; j < count; ++j) {
+      const Float16* channel = a + j * n;
+      V low = {}, high = {};
+      for (int64_t i = 0; i < whole; i += 8) {
+        V l, h;
+        halves.convert(ScaledHalves::load(channel + i), l, h);
+        low += l;
+        high += h;
+      }
+      float tail = 0;
+      if (whole < n) {  // the tail's elements, in order: the last lanes of the 8 halves ending the channel
+        float last[8];
+        V l, h;
+        halves.convert(ScaledHalves::load(channel + n - 8), l, h);
+        std::memcpy(last, &l, sizeof l);
+        std::memcpy(last + 4, &h, sizeof h);
+        for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += last[lane];
+      }
+      const float sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
+      sums[j] = static_cast<double>(sum * ScaledHalves::kScale);
+    }
+  } else {
+    for (int64_t j = 0; j < count; ++j) {
+      const Float16* channel = a + j * n;
+      V acc[8] = {};
+      int64_t i = 0;
+      for (; i + 32 <= n; i += 32) {
+        for (int q = 0; q < 4; ++q) {
+          V l, h;
+          halves.convert(ScaledHalves::load(channel + i + 8 * q), l, h);
+          acc[2 * q] += l;
+          acc[2 * q + 1] += h;
+        }
+      }
+      // the tail from lane 0, +0 after it (which leaves a lane's sum as it is)
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const int64_t left = n - i - 8 * q;
+        if (left <= 0) break;
+        V l, h;
+        if (left >= 8) halves.convert(ScaledHalves::load(channel + i + 8 * q), l, h);
+        else halves.convert(drop_first(ScaledHalves::load(channel + n - 8), 8 - left), l, h);
+        acc[2 * q] += l;
+        acc[2 * q + 1] += h;
+      }
+      sums[j] = fold_vectors<float, 8, 16>(acc) * static_cast<double>(ScaledHalves::kScale);
+    }
+  }
+  bool finite = halves.finite();
+  for (int64_t j = 0; j < count; ++j) finite &= std::isfinite(sums[j]);
+  if (!finite) return false;
+  for (int64_t j = 0; j < count; ++j) {
+    double total = 0;
+    total += sums[j];
+    means[j] = from_acc<float>(total / static_cast<double>(n));
+  }
+  return true;
+}
+#endif
+
+// Whether a NaN is in a or b, lane by lane; SSE2 tests two vectors in one comparison.
+#if defined(__SSE2__) && !defined(__AVX__)
+constexpr bool kPairedNanCheck = true;
+inline Simd<float>::Mask unordered(Simd<float>::Value a, Simd<float>::Value b) {
+  return reinterpret_cast<Simd<float>::Mask>(_mm_cmpunord_ps(a, b));
+}
+inline Simd<double>::Mask unordered(Simd<double>::Value a, Simd<double>::Value b) {
+  return reinterpret_cast<Simd<double>::Mask>(_mm_cmpunord_pd(a, b));
+}
+#else
+constexpr bool kPairedNanCheck = false;
+template <class V>
+auto unordered(V a, V b) {
+  return (a != a) | (b != b);
+}
+#endif
+
 // The maxima of G channels side by side (channel g at a + g * stride, n >= one native vector each), each from
 // `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
 // per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
@@ -171,19 +280,29 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
   for (; i + K * N <= n; i += K * N) {
+    V v[G * K];
     for (int g = 0; g < G; ++g) {
       for (int k = 0; k < K; ++k) {
-        const V v = S::load(a + g * stride + i + k * N);
-        m[g][k] = v > m[g][k] ? v : m[g][k];
-        nan[k] |= v != v;
+        v[g * K + k] = S::load(a + g * stride + i + k * N);
+        m[g][k] = v[g * K + k] > m[g][k] ? v[g * K + k] : m[g][k];
       }
+    }
+    if constexpr (kPairedNanCheck) {  // SSE2: one comparison per two vectors
+      for (int j = 0; j < G * K; j += 2) nan[j / 2 % K] |= unordered(v[j], v[j + 1]);
+    } else {
+      for (int j = 0; j < G * K; ++j) nan[j % K] |= v[j] != v[j];
     }
   }
   for (; i < n; i += N) {  // the rest, the last vector overlapping
+    V v[G];
     for (int g = 0; g < G; ++g) {
-      const V v = S::load(a + g * stride + (i + N <= n ? i : n - N));
-      m[g][0] = v > m[g][0] ? v : m[g][0];
-      nan[0] |= v != v;
+      v[g] = S::load(a + g * stride + (i + N <= n ? i : n - N));
+      m[g][0] = v[g] > m[g][0] ? v[g] : m[g][0];
+    }
+    if constexpr (kPairedNanCheck && G % 2 == 0) {
+      for (int g = 0; g < G; g += 2) nan[0] |= unordered(v[g], v[g + 1]);
+    } else {
+      for (int g = 0; g < G; ++g) nan[0] |= v[g] != v[g];
     }
   }
   // folded in registers, without an exit per lane: short channels pay this per channel
@@ -394,13 +513,28 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
     // block, one channel at a time) and rounds the float result to T as from_acc does.
     if (size * static_cast<int64_t>(sizeof(A)) < kStreamMinBytes) {
       A converted[kBlock], pooled[kBlock];
-      const int64_t per_block = kBlock / size;
-      for (int64_t c = 0; c < channels; c += per_block) {
-        const int64_t count = min_of(per_block, channels - c);
-        convert_block(x + c * size, converted, count * size);
-        global_pool<A, R>(converted, pooled, count, size, lp);
-        store_block(pooled, y + c, count);
+      auto convert_and_pool = [&](int64_t begin, int64_t end) {
+        const int64_t per_block = kBlock / size;
+        for (int64_t c = begin; c < end; c += per_block) {
+          const int64_t count = min_of(per_block, end - c);
+          convert_block(x + c * size, converted, count * size);
+          global_pool<A, R>(converted, pooled, count, size, lp);
+          store_block(pooled, y + c, count);
+        }
+      };
+#if defined(__SSE2__) && !defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, Float16> && R == Reduction::Average) {
+        if (size >= 8) {  // summed as converted, without a converted copy to store and read again
+          for (int64_t c = 0; c < channels; c += kScaledMeansGroup) {
+            const int64_t count = min_of(kScaledMeansGroup, channels - c);
+            if (scaled_half_means(x + c * size, count, size, pooled)) store_block(pooled, y + c, count);
+            else convert_and_pool(c, c + count);
+          }
+          return;
+        }
       }
+#endif
+      convert_and_pool(0, channels);
       return;
     }
   }
