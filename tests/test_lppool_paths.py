@@ -10,7 +10,9 @@ that hold the element, for p = 1, 2, 3, 4, 1.5 and 0.1 (version 1's float p; the
 Windows of 3 columns at stride 1 with one column of padding each side, over float and double planes, take
 lp_pool_blocked's flat rows: a block's column sums in one run of vectors across its rows (padded_triple_rows), the
 edge columns redone after it, and with row stride 1 (row kernels of 1 to 3) the roots of the whole block in one loop
-(else a row at a time).
+(else a row at a time). 3x3 windows at stride 1 with one row and column of padding each side and p = 1, 2 or 4 (roots
+that are square roots) take fused_triple_rows for the output rows whose lower input row is inside the plane: the
+column sums and the roots in one run of vectors (rows at least one vector wide), the plane's last row as above.
 The cases take rows of 2 columns up to rows of 150 (blocks of a few rows), planes of several blocks, and per
 plane: plain values, a NaN and an infinity (windows recomputed exactly), tiny values throughout (the plane scaled by
 a power of two from the start), huge values throughout (the plane redone at a new scale), tiny values past the first
@@ -105,6 +107,7 @@ ROW_GEOMETRIES: list[tuple[dict[str, Any], int, float]] = [
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 18, 2),
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 18, 3),
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 18, 1),
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, 18, 4),
     ({"kernel_shape": [3, 3], "pads": [0, 1, 2, 1]}, 18, 4),
     ({"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}, 18, 2),
     ({"kernel_shape": [2, 3], "pads": [1, 1, 0, 1]}, 18, 3),
@@ -113,7 +116,8 @@ ROW_GEOMETRIES: list[tuple[dict[str, Any], int, float]] = [
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 1]}, 18, 3),
     ({"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}, 18, 2),
 ]
-ROW_PLANES = [(7, 2), (5, 3), (4, 9), (21, 56), (9, 17), (11, 150)]  # H, W
+# H, W; rows of exactly one vector (8 and 16 columns) for the fused rows
+ROW_PLANES = [(7, 2), (5, 3), (4, 9), (6, 8), (5, 16), (21, 56), (9, 17), (11, 150)]
 ROW_SPECIALS = 7  # planes per case: plain, NaN and inf, tiny, huge, tiny past the first rows, zeros, plain
 
 

@@ -7,6 +7,10 @@
 #include <limits>
 #include <type_traits>
 
+#if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/common/dtypes.h"
 #include "kernels/common/lp_math.h"
 #include "kernels/common/per_isa.h"
@@ -114,6 +118,31 @@ void powered_row(const T* src, AccOf<T>* dst, int64_t n, Power power, int e, con
   }
 }
 
+// out[j] = the root of sum_at(j) times 2^-e (down) for n window sums, the roots fused_cube_root cannot vouch for
+// settled; returns how many of the sums are untrusted (n < 2^31).
+template <class A, class Power, class SumAt>
+[[gnu::always_inline]] inline int32_t roots_of_sums(Power power, int64_t n, SumAt sum_at, A* out, int e,
+                                                    const PowerOfTwo<A>& down) {
+  int32_t bad = 0;  // 32-bit lanes count in one instruction per vector
+  int32_t unsure = 0;
+  if (e == 0) {
+    for (int64_t j = 0; j < n; ++j) {
+      const A sum = sum_at(j);
+      bad += !window_sum_trusted(sum);
+      out[j] = loop_root(power, sum, unsure);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const A sum = sum_at(j);
+      bad += !window_sum_trusted(sum);
+      out[j] = loop_root(power, sum, unsure) * down.first * down.second;
+    }
+  }
+  settle_roots(power, unsure, n, sum_at,  // (with e == 0 both factors are 1: the root itself)
+               [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
+  return bad;
+}
+
 // 1-D and 2-D planes: streamed an output row at a time (scratch of a few rows, not of a plane). Each input row's
 // |x * 2^e|^p is computed once; windows whose sum is not trustworthy are recomputed exactly on the spot, and when
 // more than 1/16 of a plane's windows are (subnormal or huge inputs the first elements did not reveal) the plane
@@ -142,22 +171,7 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
       powered_row(xp + row * row_length + first, dst, n, power, e, up);
     };
     auto finish = [&](int64_t oh, int64_t begin, int64_t n, const A* sums) {
-      int64_t bad = 0;
-      int32_t unsure = 0;
-      if (e == 0) {
-        for (int64_t j = 0; j < n; ++j) {
-          bad += !window_sum_trusted(sums[j]);
-          roots[j] = loop_root(power, sums[j], unsure);
-        }
-      } else {
-        for (int64_t j = 0; j < n; ++j) {
-          bad += !window_sum_trusted(sums[j]);
-          roots[j] = loop_root(power, sums[j], unsure) * down.first * down.second;
-        }
-      }
-      settle_roots(  // (with e == 0 both factors are 1: the product is the root itself)
-          power, unsure, n, [&](int64_t j) { return sums[j]; },
-          [&](int64_t j, A root) { roots[j] = root * down.first * down.second; });
+      const int64_t bad = roots_of_sums(power, n, [&](int64_t j) { return sums[j]; }, roots, e, down);
       if (bad > 0) {
         if (redo_needed(bad)) return false;
         for (int64_t j = 0; j < n; ++j) {
@@ -256,7 +270,7 @@ void mapped_column_sums(const A* s, A* d, int64_t n, const AxisGeometry& cols, M
 // same order.
 template <class V, int P>
 [[gnu::always_inline]] inline V lane_power(IntegerPower<P>, V v) {
-  using S = Simd<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>>;
+  using S = Simd<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>, static_cast<int>(sizeof(V))>;
   V a = v;
   if constexpr (P % 2 == 1) {
     a = reinterpret_cast<V>(reinterpret_cast<typename S::Mask>(v) &
@@ -269,6 +283,48 @@ template <class V, int P>
 template <class V>
 [[gnu::always_inline]] inline V lane_power(const RealPower& power, V v) {
   return power(v);
+}
+
+// Powers whose root is square roots or none (p = 1, 2, 4): root_for's value lane by lane in native vectors, since an
+// IEEE square root is correctly rounded in vector and scalar instructions alike.
+template <class Power>
+constexpr bool kLaneRoot = false;
+template <>
+constexpr bool kLaneRoot<IntegerPower<1>> = true;
+template <>
+constexpr bool kLaneRoot<IntegerPower<2>> = true;
+template <>
+constexpr bool kLaneRoot<IntegerPower<4>> = true;
+
+template <class V>
+[[gnu::always_inline]] inline V lane_sqrt(V v) {
+  using E = std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && std::is_same_v<E, float>)
+    return _mm512_maskz_sqrt_ps(0xffff, v);  // (the unmasked form warns in GCC 12)
+  if constexpr (sizeof(V) == 64 && std::is_same_v<E, double>) return _mm512_maskz_sqrt_pd(0xff, v);
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(V) == 32 && std::is_same_v<E, float>) return _mm256_sqrt_ps(v);
+  if constexpr (sizeof(V) == 32 && std::is_same_v<E, double>) return _mm256_sqrt_pd(v);
+#endif
+#if defined(__SSE2__)
+  if constexpr (sizeof(V) == 16 && std::is_same_v<E, float>) return _mm_sqrt_ps(v);
+  if constexpr (sizeof(V) == 16 && std::is_same_v<E, double>) return _mm_sqrt_pd(v);
+#endif
+  for (int l = 0; l < static_cast<int>(sizeof(V) / sizeof(E)); ++l) v[l] = std::sqrt(v[l]);
+  return v;
+}
+template <int P, class V>
+[[gnu::always_inline]] inline V lane_root(IntegerPower<P>, V sum) {
+  static_assert(kLaneRoot<IntegerPower<P>>);
+  if constexpr (P == 1) {
+    return sum;
+  } else if constexpr (P == 2) {
+    return lane_sqrt(sum);
+  } else {
+    return lane_sqrt(lane_sqrt(sum));
+  }
 }
 
 // d[j] = (|s[j - 1]|^p + |s[j]|^p) + |s[j + 1]|^p (of scale(s)) for the n >= 2 columns of a row padded by one zero
@@ -322,26 +378,104 @@ void padded_triple_rows(const A* __restrict s, A* __restrict d, int64_t n, int64
   }
 }
 
+// Columns of rows n columns wide, as lane masks (values >= n + 1 of them, from a row's first column on, periodic):
+// keep[k] is all-ones unless column k % n starts a row. At column k, keep[k] clears the left neighbour's term of a
+// row's first column, keep[k + 1] the right neighbour's of a row's last.
+template <class M>
+void row_edge_masks(M* keep, int64_t values, int64_t n) {
+  for (int64_t k = 0; k < values; ++k) keep[k] = k == 0 || k == n ? M(0) : M(-1);
+}
+
+// 3x3 windows at stride 1 with one column of padding each side, `total` outputs of whole rows of n columns in one
+// run of native vectors, the column sums and the roots fused: each vector takes the row-triple sums h of input
+// values (x: the input row below the outputs' row, on), stores them as the next rows' column sums (h2 = h01 + 2 n) and
+// adds them to the two column-sum rows above (h01, h01 + n), then takes the trust test and the root. The same sums
+// in the same order as padded_triple_rows and the flat rows' roots (the edge columns' outside neighbours masked to
+// +0, the term padding adds): same bits, without storing the column sums of a block and reading them back for the
+// roots. Reads x[-1] and x[total - 1] at most; keep: row_edge_masks of n + L + 1 values; n >= L (the vector length)
+// and total > L. Returns true when every sum is trusted; false when some may not be (the caller counts them from the
+// column sums): the loop keeps only the smallest sum and the total (NaN and infinity reach it), two operations a
+// vector instead of a count's four.
+// The vectors of fused_triple_rows: at most 32 bytes (the loop runs faster on ymm than on zmm registers on AVX-512).
+constexpr int kFusedVectorBytes = kVectorBytes < 32 ? kVectorBytes : 32;
+template <class A>
+using FusedSimd = Simd<A, kFusedVectorBytes>;
+
+template <class A, class Power, class Scale, class Down>
+bool fused_triple_rows(const A* x, A* h01, A* y, int64_t total, int64_t n,
+                       const typename FusedSimd<A>::MaskElement* keep, Power power, Scale scale, Down down) {
+  using S = FusedSimd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  constexpr int L = S::kLength;
+  auto map = [&](V v) __attribute__((always_inline)) { return lane_power(power, scale(v)); };
+  auto load_mask = [](const typename S::MaskElement* p) __attribute__((always_inline)) {
+    M m;
+    std::memcpy(&m, p, sizeof m);
+    return m;
+  };
+  V smallest = S::splat(std::numeric_limits<A>::max());
+  V total_sum{};
+  auto at = [&](int64_t j, int64_t column) __attribute__((always_inline)) {
+    const V left = reinterpret_cast<V>(reinterpret_cast<M>(map(S::load(x + j - 1))) & load_mask(keep + column));
+    const V right = reinterpret_cast<V>(reinterpret_cast<M>(map(S::load(x + j + 1))) & load_mask(keep + column + 1));
+    const V h = (left + map(S::load(x + j))) + right;
+    S::store(h01 + 2 * n + j, h);
+    const V sum = (S::load(h01 + j) + S::load(h01 + n + j)) + h;
+    smallest = sum < smallest ? sum : smallest;
+    total_sum += sum;
+    S::store(y + j, down(lane_root(power, sum)));
+  };
+  int64_t j = 0;
+  for (int64_t column = 0; j + L < total; j += L) {
+    at(j, column);
+    column += L;
+    if (column >= n) column -= n;
+  }
+  const int64_t last = total - 1;              // its right neighbour is past the rows: taken alone
+  if (j < last) at(last - L, (last - L) % n);  // over lanes already taken: their values again
+  const A h = (power(scale(x[last - 1])) + power(scale(x[last]))) + A(0);
+  h01[2 * n + last] = h;
+  const A sum = (h01[last] + h01[n + last]) + h;
+  y[last] = down(root_for(power, sum));
+  A least = sum, all = sum;
+  for (int l = 0; l < L; ++l) {
+    least = smallest[l] < least ? smallest[l] : least;
+    all += total_sum[l];
+  }
+  return window_sum_trusted(least) && window_sum_trusted(all);
+}
+
 template <class T>
 void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                      const RowBlocks& rb, const LpNorm& lp) {
   using A = AccOf<T>;
   const AxisGeometry& rows = rc.rows;
   const AxisGeometry& cols = rc.cols;
+  using Keep = typename FusedSimd<A>::MaskElement;
   const int64_t op = rb.out_pitch;
   const int64_t powered_values = rb.span * rb.pitch + rb.slack;
   const int64_t column_values = rb.span * op;
+  const int64_t in_w = cols.in, out_w = cols.out;
+  // 3x3 stride 1 pad 1 windows (padding one row above, as many columns each side): fused_triple_rows for the
+  // output rows whose lower row is inside the plane, when power's root is lane_root's.
+  const bool fused_triples = std::is_same_v<T, A> && rows.stride == 1 && rows.kernel == 3 && rows.pad_begin == 1 &&
+                             cols.kernel == 3 && cols.stride == 1 && cols.dilation == 1 && cols.pad_begin == 1 &&
+                             out_w == in_w && in_w >= FusedSimd<A>::kLength;  // a row holds a vector
+  const int64_t keep_values = fused_triples ? in_w + FusedSimd<A>::kLength + 1 : 0;
   ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
-                       sizeof(A) * static_cast<size_t>(powered_values + column_values + 2 * op + kBlock));
+                       sizeof(A) * static_cast<size_t>(powered_values + column_values + 2 * op + kBlock) +
+                       sizeof(Keep) * static_cast<size_t>(keep_values));
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
   A* powered = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
   A* column = powered + powered_values;
   A* sums = column + column_values;
   A* roots = sums + op;  // one output row
   A* probe_buffer = roots + op;
+  Keep* keep = reinterpret_cast<Keep*>(probe_buffer + kBlock);  // Keep is as wide as A
+  if (fused_triples) row_edge_masks(keep, keep_values, in_w);
   // The padding of every powered row stays zero; the rest is written before it is read, except by ignored outputs.
   fill(powered, powered_values, A(0));
-  const int64_t in_w = cols.in, out_w = cols.out;
   // Windows side by side inside each row (e.g. 2x2 stride 2 without padding): the column sums take the powers
   // straight from the input, without the powered rows.
   const bool side_by_side = std::is_same_v<T, A> && cols.pad_begin == 0 && cols.dilation == 1 &&
@@ -374,12 +508,20 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       const int64_t nb = min_of(rb.block, rows.out - oh0);
       const int64_t first_row = oh0 * rows.stride - rows.pad_begin;
       const int64_t span = (nb - 1) * rows.stride + rows.kernel;
-      if (same_width_triples) {
+      int64_t fused_rows = 0;  // the block's first output rows, taken by fused_triple_rows
+      if constexpr (kLaneRoot<decltype(power)>) {
+        if (fused_triples) {
+          fused_rows = max_of<int64_t>(0, min_of(nb, rows.in - 1 - oh0));
+          if (fused_rows * in_w <= FusedSimd<A>::kLength) fused_rows = 0;
+        }
+      }
+      // the column sums of the block's rows [from, to)
+      auto triple_rows = [&](int64_t from, int64_t to) {
         // the block's input rows inside the plane are consecutive: their column sums in one pass; rows of padding 0
-        const int64_t t_lo = min_of(span, max_of(ready, -first_row));
-        const int64_t t_hi = max_of(t_lo, min_of(span, rows.in - first_row));
-        fill(column + ready * cp, (t_lo - ready) * cp, A(0));
-        fill(column + t_hi * cp, (span - t_hi) * cp, A(0));
+        const int64_t t_lo = min_of(to, max_of(from, -first_row));
+        const int64_t t_hi = max_of(t_lo, min_of(to, rows.in - first_row));
+        fill(column + from * cp, (t_lo - from) * cp, A(0));
+        fill(column + t_hi * cp, (to - t_hi) * cp, A(0));
         if (t_hi > t_lo) {
           const A* src = reinterpret_cast<const A*>(xp + (first_row + t_lo) * in_w);  // T is A here
           A* d = column + t_lo * cp;
@@ -389,6 +531,38 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
             padded_triple_rows(src, d, in_w, t_hi - t_lo, power, [&](auto v) { return v * up.first * up.second; });
           }
         }
+      };
+      if (fused_rows > 0) {
+        if constexpr (kLaneRoot<decltype(power)>) {
+          if (ready < 2) triple_rows(ready, 2);
+          const A* src = reinterpret_cast<const A*>(xp + (oh0 + 1) * in_w);  // T is A here
+          A* out = reinterpret_cast<A*>(yp + oh0 * out_w);
+          const int64_t n = fused_rows * out_w;
+          bool trusted = true;
+          if (e == 0) {
+            auto same = [](auto v) __attribute__((always_inline)) { return v; };
+            trusted = fused_triple_rows(src, column, out, n, in_w, keep, power, same, same);
+          } else {
+            trusted = fused_triple_rows(
+                src, column, out, n, in_w, keep, power,
+                [&](auto v) __attribute__((always_inline)) { return v * up.first * up.second; },
+                [&](auto v) __attribute__((always_inline)) { return v * down.first * down.second; });
+          }
+          auto sum_at = [&](int64_t j) { return (column[j] + column[j + cp]) + column[j + 2 * cp]; };
+          int32_t bad = 0;
+          if (!trusted) {
+            for (int64_t j = 0; j < n; ++j) bad += !window_sum_trusted(sum_at(j));
+          }
+          if (bad > 0) {
+            if (redo_needed(bad)) return;
+            for (int64_t j = 0; j < n; ++j) {
+              if (!window_sum_trusted(sum_at(j))) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+            }
+          }
+          triple_rows(fused_rows + 2, span);
+        }
+      } else if (same_width_triples) {
+        triple_rows(ready, span);
       } else if (side_by_side) {
         // the column sums straight from the input rows
         auto column_sums = [&](const A* src, A* d, auto scale) {
@@ -440,32 +614,19 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
       if (flat_rows) {
         // The block's rows in one loop, as the rows below; without their fetches ahead, which here cost more than
         // they save (the input is read in order, which the hardware's prefetchers follow).
-        const A* c0 = column;
+        const A* c0 = column + fused_rows * cp;
         const A* c1 = c0 + cp;
         const A* c2 = c1 + cp;
-        A* out = reinterpret_cast<A*>(yp + oh0 * out_w);  // T is A here
-        const int64_t n = nb * out_w;
-        int32_t bad = 0;  // n <= max(kBlockValues, kBlockedRowLimit): 32-bit lanes
-        auto finish = [&](auto sum_at) {
-          int32_t unsure = 0;
-          if (e == 0) {
-            for (int64_t j = 0; j < n; ++j) {
-              const A sum = sum_at(j);
-              bad += !window_sum_trusted(sum);
-              out[j] = loop_root(power, sum, unsure);
-            }
-          } else {
-            for (int64_t j = 0; j < n; ++j) {
-              const A sum = sum_at(j);
-              bad += !window_sum_trusted(sum);
-              out[j] = loop_root(power, sum, unsure) * down.first * down.second;
-            }
-          }
-          settle_roots(power, unsure, n, sum_at, [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
+        A* out = reinterpret_cast<A*>(yp + (oh0 + fused_rows) * out_w);  // T is A here
+        const int64_t n = (nb - fused_rows) * out_w;
+        auto finish = [&](auto sum_at) {  // n <= max(kBlockValues, kBlockedRowLimit)
+          const int32_t bad = roots_of_sums(power, n, sum_at, out, e, down);
           if (bad == 0) return true;
           if (redo_needed(bad)) return false;
           for (int64_t j = 0; j < n; ++j) {
-            if (!window_sum_trusted(sum_at(j))) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+            if (!window_sum_trusted(sum_at(j))) {
+              out[j] = exact_window(xp, g, (oh0 + fused_rows) * out_w + j, index, lp);
+            }
           }
           return true;
         };
@@ -488,25 +649,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         T* y_row = yp + (oh0 + r) * out_w;
         A* out = roots;
         if constexpr (std::is_same_v<T, A>) out = y_row;
-        int32_t bad = 0;  // at most out_w <= kBlockedRowLimit: 32-bit lanes count in one instruction per vector
-        auto finish = [&](auto sum_at) {
-          int32_t unsure = 0;
-          if (e == 0) {
-            for (int64_t j = 0; j < out_w; ++j) {
-              const A sum = sum_at(j);
-              bad += !window_sum_trusted(sum);
-              out[j] = loop_root(power, sum, unsure);
-            }
-          } else {
-            for (int64_t j = 0; j < out_w; ++j) {
-              const A sum = sum_at(j);
-              bad += !window_sum_trusted(sum);
-              out[j] = loop_root(power, sum, unsure) * down.first * down.second;
-            }
-          }
-          settle_roots(power, unsure, out_w, sum_at,  // (with e == 0 both factors are 1: the root itself)
-                       [&](int64_t j, A root) { out[j] = root * down.first * down.second; });
-        };
+        int32_t bad = 0;
+        auto finish = [&](auto sum_at) { bad = roots_of_sums(power, out_w, sum_at, out, e, down); };
         const A* c1 = c0 + cp;
         const A* c2 = c1 + cp;
         switch (rows.kernel) {
