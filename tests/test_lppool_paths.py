@@ -57,6 +57,17 @@ PLANES = (2, 700)  # N x C = 1400 planes: more than one block of 1024
 PLAIN, HUGE_GROUP, TINY_GROUP, REST = (0, 1000), (1000, 1100), (1100, 1200), (1200, 1400)
 
 
+def run_against_reference(
+    x: np.ndarray, opset: int, dtype: str, attrs: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """(the library's LpPool of x, the float64 reference, the case's description), the shapes checked equal."""
+    y, _ = run_op("LpPool", opset, dtype, x, attrs)
+    ref = R.lp_pool(x, attrs["kernel_shape"], attrs.get("strides"), attrs.get("pads"), p=attrs["p"])
+    what = f"LpPool-{opset} {attrs} {dtype} {x.shape} on {onnx_pools.active_isa()}"
+    assert y.shape == ref.shape, what
+    return y, ref, what
+
+
 def cases() -> list[tuple[dict[str, Any], int, int, float, str]]:
     out = []
     for attrs, rank in GEOMETRIES:
@@ -90,11 +101,7 @@ def check_all() -> int:
     checked = 0
     for attrs, rank, opset, p, dtype in cases():
         x = make_input(dtype, rank, rng)
-        full = dict(attrs, p=p)
-        y, _ = run_op("LpPool", opset, dtype, x, full)
-        ref = R.lp_pool(x, attrs["kernel_shape"], pads=attrs.get("pads"), strides=attrs.get("strides"), p=p)
-        what = f"LpPool-{opset} {full} {dtype} {x.shape} on {onnx_pools.active_isa()}"
-        assert y.shape == ref.shape, what
+        y, ref, what = run_against_reference(x, opset, dtype, dict(attrs, p=p))
         yf, rf, xf = (a.reshape(-1) for a in (y, ref, x))
         for lo, hi in (PLAIN, HUGE_GROUP, TINY_GROUP, REST):
             assert_close_with_subnormals(yf[lo:hi], rf[lo:hi], dtype, xf[lo:hi], f"{what} planes {lo}..{hi}")
@@ -143,19 +150,20 @@ def make_row_input(dtype: str, plane: tuple[int, int], rng: np.random.Generator)
         return R.to_dtype(x, dtype)
 
 
+def assert_each_plane(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: str, what: str) -> None:
+    """make_row_input's planes, each at its own scale."""
+    for c in range(ROW_SPECIALS):
+        assert_close_with_subnormals(y[0, c], ref[0, c], dtype, x[0, c], f"{what} plane {c}")
+
+
 def check_all_rows() -> int:
     """Every flat-rows case on this process's ISA. Returns the number of cases."""
     rng = np.random.default_rng(43)
     checked = 0
     for attrs, opset, p, dtype, plane in row_cases():
         x = make_row_input(dtype, plane, rng)
-        full = dict(attrs, p=p)
-        y, _ = run_op("LpPool", opset, dtype, x, full)
-        ref = R.lp_pool(x, attrs["kernel_shape"], attrs.get("strides"), attrs["pads"], p=p)
-        what = f"LpPool-{opset} {full} {dtype} {x.shape} on {onnx_pools.active_isa()}"
-        assert y.shape == ref.shape, what
-        for c in range(ROW_SPECIALS):
-            assert_close_with_subnormals(y[0, c], ref[0, c], dtype, x[0, c], f"{what} plane {c}")
+        y, ref, what = run_against_reference(x, opset, dtype, dict(attrs, p=p))
+        assert_each_plane(y, ref, x, dtype, what)
         checked += 1
     return checked
 
@@ -180,13 +188,8 @@ def check_all_tiles() -> int:
     checked = 0
     for kernel, p, dtype, plane in tile_cases():
         x = make_row_input(dtype, plane, rng)
-        attrs = {"kernel_shape": kernel, "strides": kernel, "p": p}
-        y, _ = run_op("LpPool", 18, dtype, x, attrs)
-        ref = R.lp_pool(x, kernel, kernel, p=p)
-        what = f"LpPool {attrs} {dtype} {x.shape} on {onnx_pools.active_isa()}"
-        assert y.shape == ref.shape, what
-        for c in range(ROW_SPECIALS):
-            assert_close_with_subnormals(y[0, c], ref[0, c], dtype, x[0, c], f"{what} plane {c}")
+        y, ref, what = run_against_reference(x, 18, dtype, {"kernel_shape": kernel, "strides": kernel, "p": p})
+        assert_each_plane(y, ref, x, dtype, what)
         checked += 1
     return checked
 
