@@ -4,7 +4,7 @@ Modes (one or several; none: the default table):
   (default)        each case (a one-node ONNX model) timed on the library (every ISA the CPU runs, each in its own
                    worker process with ONNX_POOLS_ISA forced), stock ONNX Runtime, PyTorch and OpenVINO (where
                    installed), at each thread count, in interleaved rounds; the read-bandwidth ceiling
-  --baseline LIB   adds another build of the library, timed on each ISA in the same rounds
+  --baseline LIB   adds another build of the library, timed on each ISA in the same process, samples alternating
   --scaling        the library's own 1 -> t thread scaling of the windowed cases, alone, in many short rounds
   --spread         each QLinearAveragePool configuration of a shape against the fastest, library only
   --memory         peak memory of one run on a 1 GiB input (the kernels' scratch), per case, ISA and thread count
@@ -101,8 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--baseline",
         metavar="LIB",
-        help="another build of libonnx_pools.so timed on each ISA in the same interleaved rounds (the table: "
-        "'baseline ms', 'speed-up vs baseline', 'same bits as baseline'; --qlinear-times: interleaved runs)",
+        help="another build of libonnx_pools.so timed on each ISA in the same process, samples alternating with the "
+        "library's (the table: 'baseline ms', 'speed-up vs baseline' = median of the per-sample ratios, 'same bits as "
+        "baseline'; --qlinear-times: interleaved runs)",
     )
     ap.add_argument("--json", metavar="FILE", help="write the table's results as JSON")
     ap.add_argument("--markdown", metavar="FILE", help="write the tables of the modes run, with a header, to FILE")

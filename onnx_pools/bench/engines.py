@@ -3,9 +3,11 @@ engines (PyTorch, OpenVINO), imported only when installed and asked for."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Callable
 
@@ -16,6 +18,7 @@ from onnx_pools.ortvalues import from_ortvalue, to_ortvalue
 
 __all__ = [
     "bound_runner",
+    "library_at",
     "openvino_module",
     "openvino_runner",
     "ort_session",
@@ -42,12 +45,33 @@ def openvino_module() -> Any:
     return _optional_import("openvino")
 
 
-def ort_session(model: bytes, library: bool, threads: int) -> Any:
-    """A sequential CPU session of the model at `threads` intra-op threads: with the library registered for the
-    model (onnx_pools.session_options(model=...)), or stock."""
+@contextlib.contextmanager
+def library_at(path: str | None) -> Iterator[None]:
+    """Within it, onnx_pools registers the build of the library at `path` (None: the one this process loaded):
+    another build timed in the same process."""
+    saved = os.environ.get("ONNX_POOLS_LIBRARY")
+    if path is not None:
+        os.environ["ONNX_POOLS_LIBRARY"] = os.path.abspath(path)
+    try:
+        yield
+    finally:
+        if path is not None:
+            if saved is None:
+                del os.environ["ONNX_POOLS_LIBRARY"]
+            else:
+                os.environ["ONNX_POOLS_LIBRARY"] = saved
+
+
+def ort_session(model: bytes, library: bool, threads: int, library_path: str | None = None) -> Any:
+    """A sequential CPU session of the model at `threads` intra-op threads: with the library (or the build at
+    `library_path`) registered for the model (onnx_pools.session_options(model=...)), or stock."""
     import onnxruntime as ort
 
-    so = onnx_pools.session_options(model=model) if library else ort.SessionOptions()
+    if library:
+        with library_at(library_path):
+            so = onnx_pools.session_options(model=model)
+    else:
+        so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -6,7 +6,6 @@ the median of the per-round ratios baseline / library reported, so that load fro
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import Any, Callable
 
@@ -14,8 +13,8 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.cases import Q3X3_ATTRS, QAVG3X3, Case, build_model, make_input, small_shape
-from onnx_pools.bench.engines import torch_module
-from onnx_pools.bench.timing import time_runs
+from onnx_pools.bench.engines import library_at, torch_module
+from onnx_pools.bench.timing import time_alternating, time_runs
 
 __all__ = ["qlinear_cases", "qlinear_table"]
 
@@ -43,17 +42,8 @@ def _session(model: bytes, threads: int, library: str | None) -> Any:
     """A session with the library (or the build at `library`) taking every op."""
     import onnxruntime as ort
 
-    saved = os.environ.get("ONNX_POOLS_LIBRARY")
-    try:
-        if library is not None:
-            os.environ["ONNX_POOLS_LIBRARY"] = os.path.abspath(library)
+    with library_at(library):
         so = onnx_pools.session_options(ops="all", model=model)
-    finally:
-        if library is not None:
-            if saved is None:
-                del os.environ["ONNX_POOLS_LIBRARY"]
-            else:
-                os.environ["ONNX_POOLS_LIBRARY"] = saved
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
@@ -102,12 +92,7 @@ def _interleaved(run: Callable[[], Any], other: Any, x: np.ndarray, rounds: int)
     def run_other() -> Any:
         return other.run(None, {"X": x})
 
-    engines = [run, run_other]
-    for fn in engines:
-        fn()
-    times = np.zeros((rounds, 2))
-    for r in range(rounds):
-        for k, fn in enumerate(engines):
-            times[r, k] = time_runs(fn, runs=1, warmup=0)[0][0]
+    (lib, other_samples), _ = time_alternating([run, run_other], runs=rounds)
+    times = np.array([lib, other_samples]).T
     ratio = float(np.median(times[:, 1] / times[:, 0]))
     return [f"{times[:, 1].min() * 1e3:.3f}", f"{np.median(times[:, 1]) * 1e3:.3f}", f"{ratio:.2f}"]

@@ -51,7 +51,7 @@ def scaling_table(
         for _ in range(rounds):
             for w in workers:
                 for t in thread_counts:
-                    ts, ran = w.call("time", c.op, t, SCALING_TARGET_S, SCALING_RUNS, 0.0)
+                    ts, ran = w.time(c.op, t, SCALING_TARGET_S, SCALING_RUNS, 0.0)[0]
                     ok[str(w.isa)] &= ran
                     samples[(str(w.isa), t)] += ts
                     per_round[(str(w.isa), t)].append(statistics.median(ts))
@@ -112,7 +112,7 @@ def spread_table(
         for _ in range(rounds):
             for w in workers:
                 for k, c in enumerate(members):
-                    ts, ran = w.call("time", c.op, 1, SCALING_TARGET_S, SCALING_RUNS, 0.0, k)
+                    ts, ran = w.time(c.op, 1, SCALING_TARGET_S, SCALING_RUNS, 0.0, k)[0]
                     ok[str(w.isa)] &= ran
                     samples[(str(w.isa), k)] += ts
         for w in workers:

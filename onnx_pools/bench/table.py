@@ -20,7 +20,7 @@ from onnx_pools.bench.engines import (
 )
 from onnx_pools.bench.reference import agrees, reference
 from onnx_pools.bench.timing import time_runs
-from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_outputs
 from onnx_pools.model_tools import max_abs_diff
 
 __all__ = ["ROUNDS", "SMALL_BYTES", "bench_case", "compare", "markdown_table", "read_ceiling"]
@@ -120,8 +120,7 @@ def bench_case(
     runners: list[tuple[str, int, Runner]] = []
     outputs: dict[tuple[str, int], np.ndarray] = {}
     for w in workers:
-        for t, y in w.call("setup", model, x, thread_counts).items():
-            outputs[(engine_of(w), t)] = y
+        outputs.update(worker_outputs(w, model, x, thread_counts))
     torch = torch_module() if case.torch_call is not None else None
     for t in thread_counts:
         runners += [(engine_of(w), t, w) for w in workers]
@@ -158,8 +157,6 @@ def bench_case(
     medians = {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}
     rows = []
     for w in workers:
-        if w.baseline:
-            continue
         isa = str(w.isa)
         for t in thread_counts:
             r = dict(
@@ -171,7 +168,9 @@ def bench_case(
             )
             if ("baseline:" + isa, t) in medians:
                 r["baseline_ms"] = medians[("baseline:" + isa, t)]
-                r["speedup_vs_baseline"] = r["baseline_ms"] / r["lib_ms"]
+                # sample i of each build ran side by side in one process: the median of their ratios
+                pairs = zip(samples[("baseline:" + isa, t)], samples[(isa, t)])
+                r["speedup_vs_baseline"] = statistics.median(b / lib for b, lib in pairs)
                 r["lib_kernel_ok"] &= kernel_ok["baseline:" + isa]
                 before, after = outputs[("baseline:" + isa, t)], outputs[(isa, t)]
                 r["same_as_baseline"] = before.tobytes() == after.tobytes()

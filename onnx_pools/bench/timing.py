@@ -1,13 +1,14 @@
 """The benchmark's one timing loop: every timed thing of onnx_pools.bench (and of the command line's demo) goes
-through time_runs."""
+through time_alternating (time_runs: of one function)."""
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any, Callable
 
-__all__ = ["SPIN_SETTLE_S", "median_time", "time_runs"]
+__all__ = ["SPIN_SETTLE_S", "median_time", "time_alternating", "time_runs"]
 
 # After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
 # process they would take a core from the next engine timed. A pause lets them go to sleep first.
@@ -28,22 +29,43 @@ def time_runs(
     `target_s` (at least min_runs, at most max_runs). A sample is one run, or with `sample_s` the mean of as many
     back-to-back runs as take about that long (runs of microseconds, where a single run is mostly the clock and
     a preemption would hit one engine alone)."""
-    for _ in range(warmup - 1):
-        fn()
-    first = 1e-7
-    if warmup > 0:
-        t0 = time.perf_counter()
-        fn()
-        first = max(time.perf_counter() - t0, 1e-7)
-    burst = max(1, round(sample_s / first)) if sample_s else 1
-    n = runs if runs is not None else int(min(max_runs, max(min_runs, round(target_s / (first * burst)))))
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        for _ in range(burst):
+    samples, calls = time_alternating([fn], target_s, min_runs, max_runs, sample_s, runs, warmup)
+    return samples[0], calls[0]
+
+
+def time_alternating(
+    fns: Sequence[Callable[[], Any]],
+    target_s: float = 0.15,
+    min_runs: int = 5,
+    max_runs: int = 5000,
+    sample_s: float = 0.0,
+    runs: int | None = None,
+    warmup: int = 1,
+) -> tuple[list[list[float]], list[int]]:
+    """time_runs of several functions whose samples alternate (a sample of each in turn), so that a slow stretch
+    of a shared machine hits them alike and sample i of each is comparable: (samples per function, calls per
+    function). `target_s` is the time of all functions' samples together."""
+    bursts = []
+    for fn in fns:
+        for _ in range(warmup - 1):
             fn()
-        samples.append((time.perf_counter() - t0) / burst)
-    return samples, n * burst + warmup
+        first = 1e-7
+        if warmup > 0:
+            t0 = time.perf_counter()
+            fn()
+            first = max(time.perf_counter() - t0, 1e-7)
+        bursts.append((max(1, round(sample_s / first)) if sample_s else 1, first))
+    per_sample = sum(burst * first for burst, first in bursts)
+    n = runs if runs is not None else int(min(max_runs, max(min_runs, round(target_s / per_sample))))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(n):
+        for k, fn in enumerate(fns):
+            burst = bursts[k][0]
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / burst)
+    return samples, [n * burst + warmup for burst, _ in bursts]
 
 
 def median_time(fn: Callable[[], Any], target_s: float = 0.15, min_runs: int = 5, max_runs: int = 200) -> float:

@@ -1,10 +1,13 @@
-"""Timing workers: one process per instruction set (ONNX_POOLS_ISA forced when it loads the library), and with
---baseline one more per instruction set running another build of the library, so that every path and build is
-timed in the same interleaved rounds. Run as `python -m onnx_pools.bench.workers` by IsaWorker; messages are
-pickles on stdin / stdout."""
+"""Timing workers: one process per instruction set (ONNX_POOLS_ISA forced when it loads the library), so that every
+path is timed in the same interleaved rounds. With --baseline the worker also runs another build of the library
+(ONNX_POOLS_BASELINE) in the same process, its samples alternating with the library's one by one: a comparison of
+two builds that neither the load of other processes nor one process's memory layout tilts. Run as
+`python -m onnx_pools.bench.workers` by IsaWorker; messages are pickles on stdin / stdout."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import pickle
 import subprocess
@@ -16,9 +19,18 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating, time_runs
 
-__all__ = ["ISA_ORDER", "IsaWorker", "Runner", "engine_of", "start_workers", "stop_all", "time_interleaved"]
+__all__ = [
+    "ISA_ORDER",
+    "IsaWorker",
+    "Runner",
+    "engine_of",
+    "start_workers",
+    "stop_all",
+    "time_interleaved",
+    "worker_outputs",
+]
 
 ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
 
@@ -32,7 +44,10 @@ def _serve() -> int:
         pickle.dump(value, replies, protocol=pickle.HIGHEST_PROTOCOL)
         replies.flush()
 
-    runners: dict[tuple[Any, ...], Callable[[], Any]] = {}
+    baseline = os.environ.get("ONNX_POOLS_BASELINE")
+    # The builds' counters: ctypes gets the instance ORT loaded from the same file
+    counters = [_call_counter(os.path.realpath(path)) for path in (onnx_pools.get_library_path(), baseline) if path]
+    runners: dict[tuple[Any, ...], list[Callable[[], Any]]] = {}
     while True:
         try:
             msg = pickle.load(requests)
@@ -49,18 +64,26 @@ def _serve() -> int:
             x = np.array(x, copy=True)
             if not key:
                 runners.clear()
-            outputs = {}
+            outputs: dict[tuple[str, int], np.ndarray] = {}
             for t in threads:
-                run, y = bound_runner(ort_session(model, True, t), x)
-                run()
-                runners[(*key, t)] = run
-                outputs[t] = y
+                runners[(*key, t)] = []
+                for build in ("lib", "baseline") if baseline else ("lib",):
+                    run, y = bound_runner(ort_session(model, True, t, baseline if build == "baseline" else None), x)
+                    run()
+                    runners[(*key, t)].append(run)
+                    outputs[(build, t)] = y
             send(outputs)
-        elif kind == "time":
+        elif kind == "time":  # [the library's samples, the baseline's], each with "its kernel ran every time"
             _, op, t, target, min_runs, sample_s, *key = msg
-            before = onnx_pools.call_counts()[op]
-            samples, calls = time_runs(runners[(*key, t)], target, min_runs, sample_s=sample_s)
-            send((samples, onnx_pools.call_counts()[op] - before == calls))
+            builds = runners[(*key, t)]
+            before = [count(op) for count in counters]
+            samples, calls = time_alternating(builds, target * len(builds), min_runs, sample_s=sample_s)
+            # with the library itself as the baseline the two builds share one counter: it counts both's runs
+            ran = [
+                count(op) - b == sum(c for other, c in zip(counters, calls) if other is count)
+                for count, b in zip(counters, before)
+            ]
+            send(list(zip(samples, ran)))
         elif kind == "clear":
             runners.clear()
             send(None)
@@ -68,17 +91,27 @@ def _serve() -> int:
             return 0
 
 
-class IsaWorker:
-    """A worker process with ONNX_POOLS_ISA=isa; with `library`, that build of the library instead of the one this
-    process loaded (python_path_env)."""
+@functools.cache
+def _call_counter(path: str) -> Callable[[str], int]:
+    """The call counter of the build of the library at `path` (a real path), by op name (one function per build)."""
+    lib = ctypes.CDLL(path)
+    lib.onnx_pools_op_name.restype, lib.onnx_pools_op_name.argtypes = ctypes.c_char_p, [ctypes.c_int]
+    lib.onnx_pools_call_count.restype, lib.onnx_pools_call_count.argtypes = ctypes.c_uint64, [ctypes.c_int]
+    index = {lib.onnx_pools_op_name(i).decode(): i for i in range(lib.onnx_pools_op_count())}
+    return lambda op: int(lib.onnx_pools_call_count(index[op]))
 
-    def __init__(self, isa: str, library: str | None = None) -> None:
+
+class IsaWorker:
+    """A worker process with ONNX_POOLS_ISA=isa running the library this process loaded (python_path_env); with
+    `baseline`, that other build too, in the same process."""
+
+    def __init__(self, isa: str, baseline: str | None = None) -> None:
         env = dict(os.environ, ONNX_POOLS_ISA=isa)
-        self.baseline = library is not None
-        if library is not None:
-            env["ONNX_POOLS_LIBRARY"] = os.path.abspath(library)
-        else:
-            env.pop("ONNX_POOLS_LIBRARY", None)
+        env.pop("ONNX_POOLS_LIBRARY", None)
+        env.pop("ONNX_POOLS_BASELINE", None)
+        if baseline is not None:
+            env["ONNX_POOLS_BASELINE"] = os.path.abspath(baseline)
+        self.baseline = baseline is not None
         self.process = subprocess.Popen(
             [sys.executable, "-m", "onnx_pools.bench.workers"],
             env=python_path_env(env),
@@ -97,6 +130,11 @@ class IsaWorker:
         except EOFError:
             raise RuntimeError(f"the benchmark's worker process exited (code {self.process.wait()})") from None
 
+    def time(self, op: str, threads: int, target_s: float, runs: int, sample_s: float, *key: Any) -> list[Any]:
+        """[(the library's samples, its kernel ran every time)] and with a baseline the same of the baseline
+        build, their samples taken in turn (time_alternating)."""
+        return list(self.call("time", op, threads, target_s, runs, sample_s, *key))
+
     def stop(self) -> None:
         try:
             if self.process.stdin is not None:
@@ -106,22 +144,20 @@ class IsaWorker:
 
 
 def start_workers(requested: list[str], baseline: str | None = None) -> list[IsaWorker]:
-    """One worker per requested ISA the CPU runs (in ISA_ORDER), and with `baseline` (another build of the library)
-    a second one per ISA running that build; ISAs the CPU lacks are reported and left out."""
-    started = []
-    for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99):
-        started.append(IsaWorker(isa))
-        if baseline:
-            started.append(IsaWorker(isa, baseline))
+    """One worker per requested ISA the CPU runs (in ISA_ORDER), each also running `baseline` (another build of
+    the library) when given; ISAs the CPU lacks are reported and left out."""
+    started = [
+        IsaWorker(isa, baseline)
+        for isa in sorted(set(requested), key=lambda i: ISA_ORDER.index(i) if i in ISA_ORDER else 99)
+    ]
     workers = []
     for w in started:
         w.isa = w.call("isa")  # the dispatcher never picks a path the CPU lacks: it falls back instead
         if w.isa != w.requested:
-            if not w.baseline:
-                print(
-                    f"  ISA {w.requested}: not available on this CPU (the library chose {w.isa}); left out",
-                    file=sys.stderr,
-                )
+            print(
+                f"  ISA {w.requested}: not available on this CPU (the library chose {w.isa}); left out",
+                file=sys.stderr,
+            )
             w.stop()
             continue
         workers.append(w)
@@ -133,9 +169,15 @@ def stop_all(workers: list[IsaWorker]) -> None:
         w.stop()
 
 
-def engine_of(worker: IsaWorker) -> str:
-    """The worker's engine name in the timing tables: its ISA, "baseline:ISA" for the baseline build."""
-    return ("baseline:" if worker.baseline else "") + str(worker.isa)
+def engine_of(worker: IsaWorker, build: str = "lib") -> str:
+    """The engine name in the timing tables of the worker's library (its ISA) or of its baseline build
+    ("baseline:ISA")."""
+    return ("baseline:" if build == "baseline" else "") + str(worker.isa)
+
+
+def worker_outputs(worker: IsaWorker, model: bytes, x: np.ndarray, threads: list[int]) -> dict[tuple[str, int], Any]:
+    """Sets up the worker's sessions of the model (both builds with a baseline): {(engine, threads): output}."""
+    return {(engine_of(worker, build), t): y for (build, t), y in worker.call("setup", model, x, threads).items()}
 
 
 Runner = Union[IsaWorker, Callable[[], Any]]
@@ -152,18 +194,22 @@ def time_interleaved(
 ) -> tuple[dict[tuple[str, int], list[float]], dict[str, bool]]:
     """(samples in seconds per (engine, threads), the library's kernel ran on each worker's engine): every runner
     (a worker, timed in its process, or a callable: stock ORT, torch with its thread count set, ...) timed for
-    `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn; the workers' sessions are
+    `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn; a worker's baseline build in
+    its turn, sample for sample with the library (sample i of each comparable); the workers' sessions are
     cleared afterwards."""
     torch = torch_module() if any(engine == "torch" for engine, _, _ in runners) else None
     samples: dict[tuple[str, int], list[float]] = {(e, t): [] for e, t, _ in runners}
-    kernel_ok = {engine_of(w): True for w in workers}
+    kernel_ok = {engine_of(w, b): True for w in workers for b in ("lib", "baseline")[: 1 + w.baseline]}
     old_threads = torch.get_num_threads() if torch is not None else None
     try:
         for _ in range(rounds):
             for engine, t, fn in runners:
                 if isinstance(fn, IsaWorker):
-                    ts, ok = fn.call("time", op, t, per_round, runs, sample_s)
+                    (ts, ok), *baseline = fn.time(op, t, per_round, runs, sample_s)
                     kernel_ok[engine] &= ok
+                    for base_ts, base_ok in baseline:
+                        samples.setdefault((engine_of(fn, "baseline"), t), []).extend(base_ts)
+                        kernel_ok[engine_of(fn, "baseline")] &= base_ok
                 else:
                     if engine == "torch" and torch is not None:
                         torch.set_num_threads(t)
