@@ -6,10 +6,10 @@ custom-op library (onnx_pools.session_options(model=...)) and as a plugin execut
 
 Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
 around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
-pre-created OrtValues; interleaved rounds, the order alternating from round to round, each session running for
-about TARGET_S per round (samples: bursts of runs for the short ones); a round's median per session is kept.
-Reported: median over rounds per route, the spread (25th-75th percentile of the rounds, % of the median), and the
-ratio ep / custom-op of the medians with the 25th-75th percentile of the per-round ratios.
+pre-created OrtValues; in each of the rounds the two sessions' samples alternate one by one (bursts of runs for
+the short ones), about TARGET_S of each. Reported: median over rounds of each route's round medians, the spread
+(25th-75th percentile of the rounds, % of the median), and ep / custom-op: the median of the ratios of samples
+taken one after the other, with their 25th-75th percentile.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 import onnx_pools
 from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
 from onnx_pools.bench.engines import bound_runner
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating
 
 __all__ = ["ROUTES", "route_cases", "routes_table"]
 
@@ -108,15 +108,17 @@ def routes_table(
             ok_all &= ran
             same = bool(np.array_equal(outputs["custom-op"], outputs["ep"], equal_nan=True))
             per_round: dict[str, list[float]] = {r: [] for r in ROUTES}
-            for r in range(rounds):
-                for route in ROUTES if r % 2 == 0 else ROUTES[::-1]:
-                    samples, _ = time_runs(runs[route], target_s=TARGET_S, sample_s=SAMPLE_S, min_runs=3, warmup=2)
-                    per_round[route].append(statistics.median(samples))
-                    time.sleep(SPIN_SETTLE_S)  # idle pool threads spin for a while after a run at t > 1
+            paired: list[float] = []  # ep / custom-op of samples taken one after the other
+            fns = [runs[route] for route in ROUTES]
+            for _ in range(rounds):
+                (custom, ep), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)
+                per_round["custom-op"].append(statistics.median(custom))
+                per_round["ep"].append(statistics.median(ep))
+                paired += [e / c for e, c in zip(ep, custom)]
+                time.sleep(SPIN_SETTLE_S)  # idle pool threads spin for a while after a run at t > 1
             med = {k: statistics.median(v) for k, v in per_round.items()}
             spread = {k: 100 * (_percentile(v, 75) - _percentile(v, 25)) / med[k] for k, v in per_round.items()}
-            paired = [e / c for e, c in zip(per_round["ep"], per_round["custom-op"])]
-            ratio = med["ep"] / med["custom-op"]
+            ratio = statistics.median(paired)
             ratios.append(ratio)
             lines.append(
                 f"| {case.name(shape)} | {t} | {med['custom-op'] * 1e3:.4f} | {med['ep'] * 1e3:.4f} | "
