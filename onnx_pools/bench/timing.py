@@ -42,9 +42,9 @@ def time_alternating(
     runs: int | None = None,
     warmup: int = 1,
 ) -> tuple[list[list[float]], list[int]]:
-    """time_runs of several functions whose samples alternate (a sample of each in turn), so that a slow stretch
-    of a shared machine hits them alike and sample i of each is comparable: (samples per function, calls per
-    function). `target_s` is the time of all functions' samples together."""
+    """time_runs of several functions whose samples alternate (a sample of each in turn, the order rotating), so
+    that a slow stretch of a shared machine hits them alike and sample i of each is comparable: (samples per
+    function, calls per function). `target_s` is the time of all functions' samples together."""
     bursts = []
     for fn in fns:
         for _ in range(warmup - 1):
@@ -58,9 +58,11 @@ def time_alternating(
     per_sample = sum(burst * first for burst, first in bursts)
     n = runs if runs is not None else int(min(max_runs, max(min_runs, round(target_s / per_sample))))
     samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(n):
-        for k, fn in enumerate(fns):
-            burst = bursts[k][0]
+    for i in range(n):
+        # the order rotates from sample to sample: a function run right after a heavier one (its caches evicted)
+        # is not always the same one
+        for k in (*range(i % len(fns), len(fns)), *range(i % len(fns))):
+            fn, burst = fns[k], bursts[k][0]
             t0 = time.perf_counter()
             for _ in range(burst):
                 fn()
