@@ -42,17 +42,18 @@ constexpr int64_t kShortMaxGroupBytes = 512;
 // Long channels side by side (streamed_channels): float and double channels one at a time, so that the reads are one
 // sequential stream through the tensor (the channels lie back to back): on an AMD EPYC (Zen 4) two to four channels
 // read side by side (concurrent streams) came from L3 and memory markedly slower than one, on every path and for
-// every reduction. 16-bit floats keep several: half the bytes per element and a conversion each, their loop is bound
-// by its own dependency chains (kLanes partial sums per channel) before the reads. Their groups: 4 x 128 bytes of
-// partial sums fit AVX2's and AVX-512's registers; on AVX2 one channel fewer for Lp, whose elements each need
-// registers of their own before they are added (a conversion, a power), where 4 channels' 4 vectors of partial sums
-// would take all 16 registers and a spilled sum costs a store and a reload per step; SSE2's two streams of sums
-// spill too, and still beat one.
+// every reduction. So do the means of 16-bit floats on AVX2 and AVX-512, whose conversions and kLanes partial sums
+// keep up with the reads of one stream. Their Lp sums do not: each element needs a conversion and a power before it
+// is added, and one channel's chains of partial sums bind the loop before the reads do. Their groups: 4 x 128 bytes
+// of partial sums fit AVX-512's registers; on AVX2 3 channels, where 4 channels' 4 vectors of partial sums would take
+// all 16 registers and a spilled sum costs a store and a reload per step. SSE2, converting 16-bit floats in
+// software, is bound by its own work: its two streams of sums spill too, and still beat one.
 template <class T, Reduction R>
 constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max ? 1
+                               : kVectorBytes < 32                                ? 2
+                               : R != Reduction::Lp                               ? 1
                                : kVectorBytes == 64                               ? 4
-                               : kVectorBytes == 32                               ? (R == Reduction::Lp ? 3 : 4)
-                                                                                  : 2;
+                                                                                  : 3;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
