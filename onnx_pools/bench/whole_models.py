@@ -16,7 +16,7 @@ Timing: interleaved rounds; in each round every session runs once untimed (its p
 pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
 turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
 Reported: the median over rounds, the spread (25th-75th percentile of the rounds, as a percentage of the median),
-and ratios stock / session of the medians with the 25th-75th percentile of the per-round ratios. The layout nodes of
+and stock / session: the median of the per-round ratios with their 25th-75th percentile. The layout nodes of
 each optimised graph (ReorderInput / ReorderOutput, com.microsoft.nchwc ops, Transpose) are listed: a custom pool
 that ORT cannot take into its blocked layout shows up as a ReorderOutput of the pool's whole input (not for the ep
 session: ORT cannot save an optimised graph holding an EP's fused nodes). --profile adds,
@@ -291,10 +291,11 @@ def whole_models_table(
                     }
                     cells = []
                     for e in engines[1:]:
+                        # the sessions of a round ran one after the other: the median of the rounds' ratios
                         paired = [s / x for s, x in zip(rs["stock"], rs[e])]
-                        ratios[e].append(med["stock"] / med[e])
+                        ratios[e].append(statistics.median(paired))
                         cells.append(
-                            f"{med['stock'] / med[e]:.2f} ({_percentile(paired, 25):.2f}-{_percentile(paired, 75):.2f})"
+                            f"{ratios[e][-1]:.2f} ({_percentile(paired, 25):.2f}-{_percentile(paired, 75):.2f})"
                         )
                     lines.append(
                         f"| {name} | {batch or '-'} | {t} | "
