@@ -141,6 +141,19 @@ struct ByteLanes {
 #endif
   }
 
+#if defined(__AVX512BW__)
+  // 16 lanes of int32 and float: a vector of Shorts widened at once, and narrowed back (whole values within Q's
+  // range) two at a time; the masked forms, as GCC 12's unmasked ones warn of their undefined source
+  typedef int32_t WideInts __attribute__((vector_size(64)));
+  typedef float WideFloats __attribute__((vector_size(64)));
+  static WideInts wide_ints(Shorts s) { return WideInts(_mm512_maskz_cvtepi16_epi32(~0, __m256i(s))); }
+  static void narrow_wide(WideInts a, WideInts b, Q* out) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(~0, __m512i(a)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_maskz_cvtepi32_epi8(~0, __m512i(b)));
+  }
+  static bool any(WideInts m) { return _mm512_test_epi32_mask(__m512i(m), __m512i(m)) != 0; }
+#endif
+
   // Whole values within Q's range (or 0 / 1) narrowed to bytes: one vector, or four.
   static void narrow_one(Ints a, Q* out) {
 #if defined(__AVX2__)

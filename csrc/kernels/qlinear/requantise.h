@@ -139,12 +139,18 @@ struct RequantiseLanes : ByteLanes<Q> {
   using Ints = typename ByteLanes<Q>::Ints;
   using Floats = typename ByteLanes<Q>::Floats;
 
-  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend)
-  static Floats clamped(Floats value) {
-    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
+  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend);
+  // F: Floats, or WideFloats where there are
+  template <class F>
+  static F clamped(F value) {
+    const F qmin = F{} + static_cast<float>(std::numeric_limits<Q>::min());
+    const F qmax = F{} + static_cast<float>(std::numeric_limits<Q>::max());
+#if defined(__AVX512F__)
+    if constexpr (sizeof(F) == 64)
+      return _mm512_mask_min_ps(value, ~0, _mm512_mask_max_ps(value, ~0, value, qmin), qmax);
+#endif
 #if defined(__AVX2__)
-    return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
+    if constexpr (sizeof(F) == 32) return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
 #elif defined(__SSE2__)
     return __builtin_ia32_minps(__builtin_ia32_maxps(value, qmin), qmax);
 #else
@@ -152,31 +158,36 @@ struct RequantiseLanes : ByteLanes<Q> {
     return value < qmax ? value : qmax;
 #endif
   }
-  // A clamped value rounded half to even, as whole Ints (the conversion rounds in the mode the magic-number
+  // A clamped value rounded half to even, as whole I (the conversion rounds in the mode the magic-number
   // addition of round_half_even rounds in).
-  static Ints rounded(Floats clamped_value) {
+  template <class I, class F>
+  static I rounded(F clamped_value) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(F) == 64) return I(_mm512_mask_cvtps_epi32(__m512i(clamped_value), ~0, clamped_value));
+#endif
 #if defined(__AVX2__)
-    return Ints(_mm256_cvtps_epi32(__m256(clamped_value)));
+    if constexpr (sizeof(F) == 32) return I(_mm256_cvtps_epi32(__m256(clamped_value)));
 #elif defined(__SSE2__)
     return __builtin_ia32_cvtps2dq(clamped_value);
 #else
-    return __builtin_convertvector((clamped_value + kRoundMagicFloat) - kRoundMagicFloat, Ints);
+    return __builtin_convertvector((clamped_value + kRoundMagicFloat) - kRoundMagicFloat, I);
 #endif
   }
 
   // The float pass on each lane: difference x scale + y_zero, clamped and rounded, and marked (all ones) where it
-  // lies within kMarkBand of a tie, for the caller to settle.
-  static Ints requantised(Ints difference, Floats scale, Floats y_zero, Ints& marked) {
-    const Floats value = clamped(__builtin_convertvector(difference, Floats) * scale + y_zero);
-    const Ints whole = rounded(value);
-    const Floats off = value - __builtin_convertvector(whole, Floats);
-    marked = Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand);
+  // lies within kMarkBand of a tie, for the caller to settle. I, F: Ints and Floats, or WideInts and WideFloats.
+  template <class I, class F>
+  static I requantised(I difference, F scale, F y_zero, I& marked) {
+    const F value = clamped(__builtin_convertvector(difference, F) * scale + y_zero);
+    const I whole = rounded<I>(value);
+    const F off = value - __builtin_convertvector(whole, F);
+    marked = F(I(off) & 0x7fffffff) > (F{} + kMarkBand);
     return whole;
   }
 
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return rounded(clamped(acc / count / y_scale + y_zero_point));
+    return rounded<Ints>(clamped(acc / count / y_scale + y_zero_point));
   }
 };
 

@@ -217,6 +217,19 @@ class Rows3x3Pool {
           for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
         } else {
           const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+#if defined(__AVX512BW__)
+          {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
+            using WideFloats = typename Lanes::WideFloats;
+            typename Lanes::WideInts marked_a, marked_b;
+            const WideFloats wide_scale = WideFloats{} + scale[0], wide_zero = WideFloats{} + zero_point[0];
+            const auto out_a = Lanes::requantised(Lanes::wide_ints(a), wide_scale, wide_zero, marked_a);
+            const auto out_b = Lanes::requantised(Lanes::wide_ints(b), wide_scale, wide_zero, marked_b);
+            if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) {
+              Lanes::narrow_wide(out_a, out_b, yr + i);
+              continue;
+            }
+          }
+#endif
           const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
           Ints marked[4];
           for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
