@@ -25,9 +25,8 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 // The requantisation's constants.
-// (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
+// (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 (ByteLanes::rounded: 1.5 * 2^23 in float).
 constexpr double kRoundMagicDouble = 6755399441055744.0;
-constexpr float kRoundMagicFloat = 12582912.0f;
 constexpr double kTieBand = 0.5 - 1e-4;    // |v - round(v)| above this: a tie within rounding noise (near_tie)
 constexpr float kMarkBand = 0.5f - 2e-4f;  // the float pass marks above this (a superset of the tie band)
 
@@ -132,54 +131,20 @@ int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int
   return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q)));
 }
 
-// The vectors of the requantisation's float pass (kernels/common/byte_lanes.h's lanes of bytes widened to int32
-// and float), for every path: Requantiser::span and the 3x3 rows.
+// The requantisation's float pass on ByteLanes' vectors, for every path: Requantiser::span and the 3x3 rows.
 template <class Q>
 struct RequantiseLanes : ByteLanes<Q> {
   using Ints = typename ByteLanes<Q>::Ints;
   using Floats = typename ByteLanes<Q>::Floats;
 
-  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend);
-  // F: Floats, or WideFloats where there are
-  template <class F>
-  static F clamped(F value) {
-    const F qmin = F{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const F qmax = F{} + static_cast<float>(std::numeric_limits<Q>::max());
-#if defined(__AVX512F__)
-    if constexpr (sizeof(F) == 64)
-      return _mm512_mask_min_ps(value, ~0, _mm512_mask_max_ps(value, ~0, value, qmin), qmax);
-#endif
-#if defined(__AVX2__)
-    if constexpr (sizeof(F) == 32) return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
-#elif defined(__SSE2__)
-    return __builtin_ia32_minps(__builtin_ia32_maxps(value, qmin), qmax);
-#else
-    value = value > qmin ? value : qmin;
-    return value < qmax ? value : qmax;
-#endif
-  }
-  // A clamped value rounded half to even, as whole I (the conversion rounds in the mode the magic-number
-  // addition of round_half_even rounds in).
-  template <class I, class F>
-  static I rounded(F clamped_value) {
-#if defined(__AVX512F__)
-    if constexpr (sizeof(F) == 64) return I(_mm512_mask_cvtps_epi32(__m512i(clamped_value), ~0, clamped_value));
-#endif
-#if defined(__AVX2__)
-    if constexpr (sizeof(F) == 32) return I(_mm256_cvtps_epi32(__m256(clamped_value)));
-#elif defined(__SSE2__)
-    return __builtin_ia32_cvtps2dq(clamped_value);
-#else
-    return __builtin_convertvector((clamped_value + kRoundMagicFloat) - kRoundMagicFloat, I);
-#endif
-  }
+  using ByteLanes<Q>::clamped;
 
   // The float pass on each lane: difference x scale + y_zero, clamped and rounded, and marked (all ones) where it
   // lies within kMarkBand of a tie, for the caller to settle. I, F: Ints and Floats, or WideInts and WideFloats.
   template <class I, class F>
   static I requantised(I difference, F scale, F y_zero, I& marked) {
     const F value = clamped(__builtin_convertvector(difference, F) * scale + y_zero);
-    const I whole = rounded<I>(value);
+    const I whole = ByteLanes<Q>::template rounded<I>(value);
     const F off = value - __builtin_convertvector(whole, F);
     marked = F(I(off) & 0x7fffffff) > (F{} + kMarkBand);
     return whole;
@@ -187,7 +152,7 @@ struct RequantiseLanes : ByteLanes<Q> {
 
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return rounded<Ints>(clamped(acc / count / y_scale + y_zero_point));
+    return ByteLanes<Q>::template rounded<Ints>(clamped(acc / count / y_scale + y_zero_point));
   }
 };
 

@@ -22,7 +22,7 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 // The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter). Taken with
-// 8 lanes, and on NEON: with SSE2's 4 the general path's flat passes are faster.
+// 8 lanes, and on NEON (with SSE2's 4 the general path is faster).
 constexpr int kRowLanes = RequantiseLanes<uint8_t>::kLength;
 #if defined(__ARM_NEON)
 constexpr bool kRows3x3 = true;
@@ -47,6 +47,7 @@ class Rows3x3Pool {
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kRowLanes;
   static constexpr int64_t kStep = 4 * kLength;  // values per step of the middle: the four vectors Lanes::narrow packs
+  static constexpr int64_t kBlockValues = 1024;  // values of a block of short rows (see rows)
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
   using Shorts = typename Lanes::Shorts;
@@ -69,6 +70,7 @@ class Rows3x3Pool {
         w_(g.axes[1].in),
         d_(channels),
         n_(w_ * channels),
+        block_rows_(min_of<int64_t>(h_, kBlockValues / (n_ + d_))),
         stride_(n_ + 2 * d_),
         memory_(layout(nullptr), ScratchFill::Zeroed) {
     layout(memory_.as<char>());
@@ -130,8 +132,8 @@ class Rows3x3Pool {
         left[r + 1] = ort_dequantised(x[r * n + first], q_);
         right[r + 1] = ort_dequantised(x[r * n + first + d_], q_);
       }
-      for (int64_t r0 = 0;; r0 += kLength) {
-        r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
+      for (int64_t first_row = 0; first_row < h; first_row += kLength) {
+        const int64_t r0 = min_of(first_row, max_of<int64_t>(0, h - kLength));
         Floats acc{};
         for (int t = 0; t < 3; ++t) {
           acc = acc + Lanes::floats_at(left + r0 + t);
@@ -141,7 +143,6 @@ class Rows3x3Pool {
         const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
         const Ints out = Lanes::ort_rounded(acc, count_of(1, rows_valid * 2), y_scale, y_zero_point);
         for (int k = 0; k < min_of<int64_t>(kLength, h - r0); ++k) y[(r0 + k) * n + at] = static_cast<Q>(out[k]);
-        if (r0 + kLength >= h) break;
       }
     }
   }
@@ -175,74 +176,85 @@ class Rows3x3Pool {
     const int64_t n = n_, d = d_, middle_end = n_ - d_, right = n_ - d_ - kLength;
     const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
     const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
-    if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
-    for (int64_t r = begin; r < end; ++r) {
+    const int16_t* sums = nullptr;         // the row's (or block's) column sums, d zeros on each side
+    const float* const* rows_f = nullptr;  // where every vector of the middle or of the edges needs them
+    Q* yr = nullptr;
+    int64_t r = begin;
+    // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
+    auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
+      return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
+    };
+    // the kLength values from i: the float pass, or ORT's value alone
+    auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
+      Ints out;
+      if (ties == Ties::OrtOnly) {
+        out = ort_values(rows_f, i, count_i);
+      } else {
+        const Ints difference = window_sums8(sums, i);
+        Ints marked;
+        out = Lanes::requantised(difference, scale_i, zero_point, marked);
+        if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
+      }
+      Lanes::narrow_one(out, yr + i);
+    };
+    auto edge = [&](int64_t i) __attribute__((always_inline)) {
+      i = min_of(i, n - kLength);
+      const int side = i < d ? 0 : 1;
+      const int64_t k = side == 0 ? i : i - right;
+      one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
+    };
+    // the kStep values of the middle from i, to base + i
+    auto step = [&](int64_t i, Q* base) __attribute__((always_inline)) {
+      Q* out = base + i;
+      Ints outs[4];
+      if constexpr (kMiddle == Ties::Ninths) {
+        return Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), out);
+      } else if constexpr (kMiddle == Ties::OrtOnly) {
+        for (int v = 0; v < 4; ++v) outs[v] = ort_values(rows_f, i + v * kLength, count);
+      } else {
+        const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+#if defined(__AVX512BW__)
+        {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
+          using WideFloats = typename Lanes::WideFloats;
+          typename Lanes::WideInts marked_a, marked_b;
+          const WideFloats wide_scale = WideFloats{} + scale[0], wide_zero = WideFloats{} + zero_point[0];
+          const auto out_a = Lanes::requantised(Lanes::wide_ints(a), wide_scale, wide_zero, marked_a);
+          const auto out_b = Lanes::requantised(Lanes::wide_ints(b), wide_scale, wide_zero, marked_b);
+          if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
+        }
+#endif
+        const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
+        Ints marked[4];
+        for (int v = 0; v < 4; ++v) outs[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
+        for (int v = 0; kMiddle == Ties::Rare && v < 4; ++v) {
+          if (Lanes::any(marked[v])) outs[v] = settle(i + v * kLength, difference[v], marked[v], outs[v]);
+        }
+      }
+      Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
+    };
+    // Rows of a few vectors (NCHW planes): blocks of rows whose column sums lie d zeros apart, so that the middle's
+    // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
+    // too, and scaled as the middle's: right with count_include_pad, else redone by edge_columns (Ties::Ninths).
+    const bool blocks = kRows == WindowRows::Both && kEdge == Ties::None && block_rows_ > 1 &&
+                        (kMiddle == Ties::Ninths ? q_.count_include_pad || edge_columns_
+                                                 : kMiddle == Ties::None && q_.count_include_pad);
+    for (; blocks && r + 1 < end; r += block_rows_) {
+      const int64_t rows = min_of(block_rows_, end - r), length = rows * (n + d) - d;
+      for (int64_t k = 0; k < rows; ++k) column_sums<kRows>(x + (r + k) * n, column_sums_ + d + k * (n + d));
+      sums = column_sums_ + d;
+      for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), block_out_);
+      for (int64_t k = 0; k < rows; ++k) std::memcpy(y + (r + k) * n, block_out_ + k * (n + d), static_cast<size_t>(n));
+    }
+    if (r < end) column_sums<kRows>(x + r * n, row_sums(r));
+    for (; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them
       if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
-      const int16_t* sums = row_sums(r);
-      Q* yr = y + r * n;
-      const float* const* rows_f =  // where every vector of the middle or of the edges needs them
-          kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
-      // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
-      auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
-        return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
-      };
-      // the kLength values from i: the float pass, or ORT's value alone
-      auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
-        Ints out;
-        if (ties == Ties::OrtOnly) {
-          out = ort_values(rows_f, i, count_i);
-        } else {
-          const Ints difference = window_sums8(sums, i);
-          Ints marked;
-          out = Lanes::requantised(difference, scale_i, zero_point, marked);
-          if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
-        }
-        Lanes::narrow_one(out, yr + i);
-      };
-      auto edge = [&](int64_t i) __attribute__((always_inline)) {
-        i = min_of(i, n - kLength);
-        const int side = i < d ? 0 : 1;
-        const int64_t k = side == 0 ? i : i - right;
-        one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
-      };
+      sums = row_sums(r);
+      yr = y + r * n;
+      rows_f = kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
       int64_t i = 0;
       for (; i < d; i += kLength) edge(i);
-      for (; i + kStep <= middle_end; i += kStep) {
-        Ints out[4];
-        if constexpr (kMiddle == Ties::Ninths) {
-          Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), yr + i);
-          continue;
-        } else if constexpr (kMiddle == Ties::OrtOnly) {
-          for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
-        } else {
-          const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
-#if defined(__AVX512BW__)
-          {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
-            using WideFloats = typename Lanes::WideFloats;
-            typename Lanes::WideInts marked_a, marked_b;
-            const WideFloats wide_scale = WideFloats{} + scale[0], wide_zero = WideFloats{} + zero_point[0];
-            const auto out_a = Lanes::requantised(Lanes::wide_ints(a), wide_scale, wide_zero, marked_a);
-            const auto out_b = Lanes::requantised(Lanes::wide_ints(b), wide_scale, wide_zero, marked_b);
-            if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) {
-              Lanes::narrow_wide(out_a, out_b, yr + i);
-              continue;
-            }
-          }
-#endif
-          const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
-          Ints marked[4];
-          for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
-          if constexpr (kMiddle == Ties::Rare) {
-            if (__builtin_expect(Lanes::any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
-              for (int v = 0; v < 4; ++v) {
-                if (Lanes::any(marked[v])) out[v] = settle(i + v * kLength, difference[v], marked[v], out[v]);
-              }
-            }
-          }
-        }
-        Lanes::narrow(out[0], out[1], out[2], out[3], yr + i);
-      }
+      for (; i + kStep <= middle_end; i += kStep) step(i, yr);
       for (; i + kLength <= middle_end; i += kLength) one(i, kMiddle, scale, count);
       for (; i < n; i += kLength) edge(i);
     }
@@ -316,11 +328,10 @@ class Rows3x3Pool {
   // f[j] = ORT's dequantised xr[j] for j in [begin, end) (at least kLength values), the last vector moved back.
   void dequantise(const Q* xr, float* f, int64_t begin, int64_t end) const {
     const Floats x_scale = Floats{} + q_.x_scale;
-    for (int64_t j = begin;; j += kLength) {
-      j = min_of(j, end - kLength);
+    for (int64_t at = begin; at < end; at += kLength) {
+      const int64_t j = min_of(at, end - kLength);
       const Floats v = x_scale * __builtin_convertvector(Lanes::widened(xr + j) - q_.x_zero_point, Floats);
       std::memcpy(f + j, &v, sizeof v);
-      if (j + kLength >= end) break;
     }
   }
 
@@ -331,26 +342,26 @@ class Rows3x3Pool {
     constexpr int64_t kShorts = 2 * kLength;
     const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * row_count(kRows));
     const int64_t n = n_;
-    for (int64_t i = 0;; i += kShorts) {
-      i = min_of<int64_t>(i, n - kShorts);
+    for (int64_t at = 0; at < n; at += kShorts) {
+      const int64_t i = min_of<int64_t>(at, n - kShorts);
       Shorts s = Lanes::widened_shorts(xr + i) - zero_sum;
       if constexpr (has_above(kRows)) s += Lanes::widened_shorts(xr + i - n);
       if constexpr (has_below(kRows)) s += Lanes::widened_shorts(xr + i + n);
       Lanes::store(out + i, s);
-      if (i + kShorts >= n) break;
     }
   }
 
   // Output row r's column sums, d zeros on each side: two rows' buffers, used in turn.
-  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * stride_ + d_; }
+  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * (n_ + d_) + d_; }
 
   // Points the arrays into the zeroed scratch at base (nullptr: nowhere). Returns the bytes they take.
   size_t layout(char* base) {
     Carve c{base};
-    column_sums_ = c.take<int16_t>(2 * stride_);
+    column_sums_ = c.take<int16_t>(max_of<int64_t>(2, block_rows_) * (n_ + d_) + d_);
     floats_ = c.take<float>(4 * stride_);
     edges_ = c.take<float>(12 * (d_ + kLength));
     columns_ = c.take<float>(2 * (h_ + 2 + kLength));
+    block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
     return c.bytes;
   }
 
@@ -406,12 +417,13 @@ class Rows3x3Pool {
 
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
-  const int64_t h_, w_, d_, n_;         // n_: values of a row
-  const int64_t stride_;                // n_ and d_ zeros on each side: a row of column_sums_ or floats_
-  float scale_[4][4] = {};              // [rows][columns] of a window: its float scale
-  Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
-  int16_t* column_sums_ = nullptr;      // two rows' (see row_sums)
-  float* floats_ = nullptr;             // three dequantised input rows (see dequantised_rows), then a row of zeros
+  const int64_t h_, w_, d_, n_, block_rows_;  // n_: values of a row; block_rows_: of a block (see rows), if > 1
+  const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
+  float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
+  Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
+  int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
+  Q* block_out_ = nullptr;          // a block's outputs, d values apart
+  float* floats_ = nullptr;         // three dequantised input rows (see dequantised_rows), then a row of zeros
   float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
