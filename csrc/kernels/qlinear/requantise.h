@@ -45,10 +45,8 @@ inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
 // Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
 template <class Q>
 inline double clamp_to(double v) {
-  constexpr double qmin = static_cast<double>(std::numeric_limits<Q>::min());
-  constexpr double qmax = static_cast<double>(std::numeric_limits<Q>::max());
-  v = v < qmin ? qmin : v;
-  return v > qmax ? qmax : v;
+  constexpr double qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
+  return v < qmin ? qmin : v > qmax ? qmax : v;
 }
 
 // A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding.
@@ -223,11 +221,10 @@ struct Requantiser {
            uint8_t* mark) const {
     if constexpr (kFloat) {
       if (channels == 1) {
-        if (marks_are_ties && count_include_pad && kernel_size % 2 == 1) {  // one odd count: no ties at all
-          span<Pattern::PerValue, Marking::Skip>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
-          return false;
-        }
-        return span<Pattern::PerValue, Marking::Gather>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+        const auto plane = marks_are_ties && count_include_pad && kernel_size % 2 == 1  // one odd count: no ties
+                               ? &Requantiser::span<Pattern::PerValue, Marking::Skip>
+                               : &Requantiser::span<Pattern::PerValue, Marking::Gather>;
+        return (this->*plane)(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
       }
       // positions sharing zero_sum and scale (a row's interior windows) as one stretch
       bool any = false;
@@ -235,13 +232,9 @@ struct Requantiser {
         int64_t j = i + 1;
         while (j < n && zero_sum[j] == zero_sum[i] && scale[j] == scale[i]) ++j;
         const int64_t at = i * channels, length = (j - i) * channels;
-        if (tie_free(scale[i])) {
-          span<Pattern::Uniform, Marking::Skip>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at,
-                                                mark + at);
-        } else {
-          any |= span<Pattern::Uniform, Marking::Gather>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length,
-                                                         y + at, mark + at);
-        }
+        const auto stretch = tie_free(scale[i]) ? &Requantiser::span<Pattern::Uniform, Marking::Skip>
+                                                : &Requantiser::span<Pattern::Uniform, Marking::Gather>;
+        any |= (this->*stretch)(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
         i = j;
       }
       return any;
