@@ -1,10 +1,11 @@
-"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = 1,
-the avx2 and avx512 builds; portable takes the flat passes of QLinearPlan, checked here the same way): planes of at
-least 32 columns. Pins the rows without a row above or below, the lanes of column 0 and w - 1, the last step of a
-row moved back, and the rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5)
-settled as ORT does (edge_columns). Checked against the float64 reference
-away from ties and against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
-"""
+"""QLinearAveragePool's one-pass path for NCHW planes with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = 1, the
+avx2 and avx512 builds; portable takes the flat passes of QLinearPlan, checked here the same way): planes of at least
+32 columns. Pins the rows without a row above or below, the lanes of column 0 and w - 1, the last step of a row moved
+back, the blocks of rows whose middle steps run across the rows (2 to 62 rows with both neighbours: one block,
+several and a last row alone), the middle's 16-lane float pass of the avx512 build and its marked steps, and the
+rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) settled as ORT does
+(edge_columns). Checked against the float64 reference away from ties and against stock ORT (identical: the ties are
+ORT's own float sequence), on every ISA path."""
 
 from __future__ import annotations
 

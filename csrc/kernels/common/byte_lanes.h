@@ -141,6 +141,55 @@ struct ByteLanes {
 #endif
   }
 
+#if defined(__AVX512BW__)
+  // 16 lanes of int32 and float: a vector of Shorts widened at once, and narrowed back (whole values within Q's
+  // range) two at a time; the masked forms, as GCC 12's unmasked ones warn of their undefined source
+  typedef int32_t WideInts __attribute__((vector_size(64)));
+  typedef float WideFloats __attribute__((vector_size(64)));
+  static WideFloats wide_floats_at(const float* p) { return _mm512_loadu_ps(p); }
+  static WideInts wide_ints(Shorts s) { return WideInts(_mm512_maskz_cvtepi16_epi32(~0, __m256i(s))); }
+  static void narrow_wide(WideInts a, WideInts b, Q* out) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(~0, __m512i(a)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_maskz_cvtepi32_epi8(~0, __m512i(b)));
+  }
+  static bool any(WideInts m) { return _mm512_test_epi32_mask(__m512i(m), __m512i(m)) != 0; }
+#endif
+
+  // value clamped to Q's range (never NaN), by maxps / minps where there are (GCC's selects blend);
+  // F: Floats, or WideFloats where there are
+  template <class F>
+  static F clamped(F value) {
+    const F qmin = F{} + static_cast<float>(std::numeric_limits<Q>::min());
+    const F qmax = F{} + static_cast<float>(std::numeric_limits<Q>::max());
+#if defined(__AVX512F__)
+    if constexpr (sizeof(F) == 64)
+      return _mm512_mask_min_ps(value, ~0, _mm512_mask_max_ps(value, ~0, value, qmin), qmax);
+#endif
+#if defined(__AVX2__)
+    if constexpr (sizeof(F) == 32) return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
+#elif defined(__SSE2__)
+    return __builtin_ia32_minps(__builtin_ia32_maxps(value, qmin), qmax);
+#else
+    value = value > qmin ? value : qmin;
+    return value < qmax ? value : qmax;
+#endif
+  }
+  // A clamped value rounded half to even, as whole I (the conversion rounds in the mode the addition of 1.5 x 2^23,
+  // as below, rounds in).
+  template <class I, class F>
+  static I rounded(F clamped_value) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(F) == 64) return I(_mm512_mask_cvtps_epi32(__m512i(clamped_value), ~0, clamped_value));
+#endif
+#if defined(__AVX2__)
+    if constexpr (sizeof(F) == 32) return I(_mm256_cvtps_epi32(__m256(clamped_value)));
+#elif defined(__SSE2__)
+    return __builtin_ia32_cvtps2dq(clamped_value);
+#else
+    return __builtin_convertvector((clamped_value + 0x1.8p23f) - 0x1.8p23f, I);
+#endif
+  }
+
   // Whole values within Q's range (or 0 / 1) narrowed to bytes: one vector, or four.
   static void narrow_one(Ints a, Q* out) {
 #if defined(__AVX2__)

@@ -182,9 +182,8 @@ class QLinearPlan {
         const int64_t lead_valid = row_lead_valid_[row % rows_];
         int64_t n_rows = 1;
         while (n_rows < block_rows_ && row + n_rows < unit_rows &&
-               row_lead_valid_[(row + n_rows) % rows_] == lead_valid) {
+               row_lead_valid_[(row + n_rows) % rows_] == lead_valid)
           ++n_rows;
-        }
         // two patterns, so the interior rows' block is built once per call and the edge rows use the other
         RequantisePattern<Q, I>& pattern = n_rows > 1 ? bulk_ : edge_;
         pattern.ensure(requantiser_, last_, lead_valid, lead_valid, 0, out_last_, n_rows);
@@ -300,13 +299,10 @@ void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const
       QLinearPlan<Q, I>(g, q, units, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     }
   };
-  if (g.kernel_size <= kShortSumKernel) {
-    run(int16_t{});
-  } else if (g.kernel_size <= (1 << 23)) {  // sums of up to 2^23 bytes fit int32
+  if (g.kernel_size <= kShortSumKernel) run(int16_t{});
+  else if (g.kernel_size <= (1 << 23))  // sums of up to 2^23 bytes fit int32
     run(int32_t{});
-  } else {
-    run(int64_t{});
-  }
+  else run(int64_t{});
 }
 
 template <class Q>

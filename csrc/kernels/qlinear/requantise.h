@@ -25,9 +25,8 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 // The requantisation's constants.
-// (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 in double, 1.5 * 2^23 for |v| < 2^22 in float.
+// (v + magic) - magic rounds half to even: 1.5 * 2^52 for |v| < 2^51 (ByteLanes::rounded: 1.5 * 2^23 in float).
 constexpr double kRoundMagicDouble = 6755399441055744.0;
-constexpr float kRoundMagicFloat = 12582912.0f;
 constexpr double kTieBand = 0.5 - 1e-4;    // |v - round(v)| above this: a tie within rounding noise (near_tie)
 constexpr float kMarkBand = 0.5f - 2e-4f;  // the float pass marks above this (a superset of the tie band)
 
@@ -46,10 +45,8 @@ inline float ort_requantised(float sum, int64_t count, const QLinearParams& q) {
 // Clamped to Q's range (whole bounds, so clamping before rounding changes nothing).
 template <class Q>
 inline double clamp_to(double v) {
-  constexpr double qmin = static_cast<double>(std::numeric_limits<Q>::min());
-  constexpr double qmax = static_cast<double>(std::numeric_limits<Q>::max());
-  v = v < qmin ? qmin : v;
-  return v > qmax ? qmax : v;
+  constexpr double qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
+  return v < qmin ? qmin : v > qmax ? qmax : v;
 }
 
 // A clamped value within rounding noise of a tie (x.5), where the exact value cannot decide the rounding.
@@ -132,51 +129,28 @@ int32_t ort_output_2d(const Q* x, const RowsAndColumns& p, int64_t channels, int
   return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q)));
 }
 
-// The vectors of the requantisation's float pass (kernels/common/byte_lanes.h's lanes of bytes widened to int32
-// and float), for every path: Requantiser::span and the 3x3 rows.
+// The requantisation's float pass on ByteLanes' vectors, for every path: Requantiser::span and the 3x3 rows.
 template <class Q>
 struct RequantiseLanes : ByteLanes<Q> {
   using Ints = typename ByteLanes<Q>::Ints;
   using Floats = typename ByteLanes<Q>::Floats;
 
-  // value clamped to Q's range (as clamp_to; never NaN), by maxps / minps where there are (GCC's selects blend)
-  static Floats clamped(Floats value) {
-    const Floats qmin = Floats{} + static_cast<float>(std::numeric_limits<Q>::min());
-    const Floats qmax = Floats{} + static_cast<float>(std::numeric_limits<Q>::max());
-#if defined(__AVX2__)
-    return _mm256_min_ps(_mm256_max_ps(value, qmin), qmax);
-#elif defined(__SSE2__)
-    return __builtin_ia32_minps(__builtin_ia32_maxps(value, qmin), qmax);
-#else
-    value = value > qmin ? value : qmin;
-    return value < qmax ? value : qmax;
-#endif
-  }
-  // A clamped value rounded half to even, as whole Ints (the conversion rounds in the mode the magic-number
-  // addition of round_half_even rounds in).
-  static Ints rounded(Floats clamped_value) {
-#if defined(__AVX2__)
-    return Ints(_mm256_cvtps_epi32(__m256(clamped_value)));
-#elif defined(__SSE2__)
-    return __builtin_ia32_cvtps2dq(clamped_value);
-#else
-    return __builtin_convertvector((clamped_value + kRoundMagicFloat) - kRoundMagicFloat, Ints);
-#endif
-  }
+  using ByteLanes<Q>::clamped;
 
   // The float pass on each lane: difference x scale + y_zero, clamped and rounded, and marked (all ones) where it
-  // lies within kMarkBand of a tie, for the caller to settle.
-  static Ints requantised(Ints difference, Floats scale, Floats y_zero, Ints& marked) {
-    const Floats value = clamped(__builtin_convertvector(difference, Floats) * scale + y_zero);
-    const Ints whole = rounded(value);
-    const Floats off = value - __builtin_convertvector(whole, Floats);
-    marked = Floats(Ints(off) & 0x7fffffff) > (Floats{} + kMarkBand);
+  // lies within kMarkBand of a tie, for the caller to settle. I, F: Ints and Floats, or WideInts and WideFloats.
+  template <class I, class F>
+  static I requantised(I difference, F scale, F y_zero, I& marked) {
+    const F value = clamped(__builtin_convertvector(difference, F) * scale + y_zero);
+    const I whole = ByteLanes<Q>::template rounded<I>(value);
+    const F off = value - __builtin_convertvector(whole, F);
+    marked = F(I(off) & 0x7fffffff) > (F{} + kMarkBand);
     return whole;
   }
 
   // ORT's output for windows whose dequantised elements add up to acc (as ort_requantised, then rounded).
   static Ints ort_rounded(Floats acc, Floats count, Floats y_scale, float y_zero_point) {
-    return rounded(clamped(acc / count / y_scale + y_zero_point));
+    return ByteLanes<Q>::template rounded<Ints>(clamped(acc / count / y_scale + y_zero_point));
   }
 };
 
@@ -247,11 +221,10 @@ struct Requantiser {
            uint8_t* mark) const {
     if constexpr (kFloat) {
       if (channels == 1) {
-        if (marks_are_ties && count_include_pad && kernel_size % 2 == 1) {  // one odd count: no ties at all
-          span<Pattern::PerValue, Marking::Skip>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
-          return false;
-        }
-        return span<Pattern::PerValue, Marking::Gather>(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
+        const auto plane = marks_are_ties && count_include_pad && kernel_size % 2 == 1  // one odd count: no ties
+                               ? &Requantiser::span<Pattern::PerValue, Marking::Skip>
+                               : &Requantiser::span<Pattern::PerValue, Marking::Gather>;
+        return (this->*plane)(sums, zero_sum, scale, I(0), Scale(0), n, y, mark);
       }
       // positions sharing zero_sum and scale (a row's interior windows) as one stretch
       bool any = false;
@@ -259,13 +232,9 @@ struct Requantiser {
         int64_t j = i + 1;
         while (j < n && zero_sum[j] == zero_sum[i] && scale[j] == scale[i]) ++j;
         const int64_t at = i * channels, length = (j - i) * channels;
-        if (tie_free(scale[i])) {
-          span<Pattern::Uniform, Marking::Skip>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at,
-                                                mark + at);
-        } else {
-          any |= span<Pattern::Uniform, Marking::Gather>(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length,
-                                                         y + at, mark + at);
-        }
+        const auto stretch = tie_free(scale[i]) ? &Requantiser::span<Pattern::Uniform, Marking::Skip>
+                                                : &Requantiser::span<Pattern::Uniform, Marking::Gather>;
+        any |= (this->*stretch)(sums + at, nullptr, nullptr, zero_sum[i], scale[i], length, y + at, mark + at);
         i = j;
       }
       return any;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -22,7 +24,7 @@ namespace ONNX_POOLS_ISA {
 namespace {
 
 // The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter). Taken with
-// 8 lanes, and on NEON: with SSE2's 4 the general path's flat passes are faster.
+// 8 lanes, and on NEON (with SSE2's 4 the general path is faster).
 constexpr int kRowLanes = RequantiseLanes<uint8_t>::kLength;
 #if defined(__ARM_NEON)
 constexpr bool kRows3x3 = true;
@@ -47,6 +49,7 @@ class Rows3x3Pool {
   using Lanes = RequantiseLanes<Q>;
   static constexpr int kLength = kRowLanes;
   static constexpr int64_t kStep = 4 * kLength;  // values per step of the middle: the four vectors Lanes::narrow packs
+  static constexpr int64_t kBlockValues = 1024;  // values of a block of short rows (see rows)
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
   using Shorts = typename Lanes::Shorts;
@@ -69,28 +72,28 @@ class Rows3x3Pool {
         w_(g.axes[1].in),
         d_(channels),
         n_(w_ * channels),
+        block_rows_(min_of<int64_t>(h_, kBlockValues / (n_ + d_))),
         stride_(n_ + 2 * d_),
         memory_(layout(nullptr), ScratchFill::Zeroed) {
     layout(memory_.as<char>());
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
-    const bool* marks = equal ? nullptr : mark_table().marks;  // a thread-local: looked up once
-    Ties kind[4][4] = {};                                      // [rows][columns] of a window
+    const MarkTable* table = equal ? nullptr : &mark_table();  // a thread-local: looked up once
+    if (table && !table->block_scales.empty()) block_scales_ = table->block_scales.data();
+    Ties kind[4][4] = {};  // [rows][columns] of a window
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
         const bool odd = q.count_include_pad || rows * cols % 2 == 1;  // count 9, or the window's elements
         const Ties even = ort_decides ? Ties::OrtOnly : Ties::Rare;
-        kind[rows][cols] = equal ? (odd ? Ties::None : even) : marks[rows * cols] ? Ties::Rare : Ties::None;
+        kind[rows][cols] = equal ? (odd ? Ties::None : even) : table->marks[rows * cols] ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
-      if (edge == Ties::OrtOnly && d_ < kLength) {  // a few lanes of a vector: taken down the rows (edge_columns)
-        edge_columns_ = true;
-        edge = Ties::None;
-      }
-      edge_[rows] = max_of(edge, middle_[rows]);  // Ties are ordered: a vector mixing kinds takes the last
+      const bool down = edge == Ties::OrtOnly && d_ < kLength;  // a few lanes of a vector: down the rows (edge_columns)
+      edge_columns_ |= down;
+      edge_[rows] = max_of(down ? Ties::None : edge, middle_[rows]);  // Ties are ordered: a mix takes the last
       for (int side = 0; side < 2; ++side) {
         for (int64_t k = 0; k < d_ + kLength; ++k) {
           const int64_t at = side == 0 ? k : n_ - d_ - kLength + k;
@@ -130,8 +133,8 @@ class Rows3x3Pool {
         left[r + 1] = ort_dequantised(x[r * n + first], q_);
         right[r + 1] = ort_dequantised(x[r * n + first + d_], q_);
       }
-      for (int64_t r0 = 0;; r0 += kLength) {
-        r0 = min_of(r0, max_of<int64_t>(0, h - kLength));
+      for (int64_t first_row = 0; first_row < h; first_row += kLength) {
+        const int64_t r0 = min_of(first_row, max_of<int64_t>(0, h - kLength));
         Floats acc{};
         for (int t = 0; t < 3; ++t) {
           acc = acc + Lanes::floats_at(left + r0 + t);
@@ -141,7 +144,6 @@ class Rows3x3Pool {
         const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
         const Ints out = Lanes::ort_rounded(acc, count_of(1, rows_valid * 2), y_scale, y_zero_point);
         for (int k = 0; k < min_of<int64_t>(kLength, h - r0); ++k) y[(r0 + k) * n + at] = static_cast<Q>(out[k]);
-        if (r0 + kLength >= h) break;
       }
     }
   }
@@ -149,15 +151,13 @@ class Rows3x3Pool {
   template <WindowRows kRows>
   void rows(const Q* x, Q* y, int64_t begin, int64_t end) {
     const Ties middle = middle_[row_count(kRows)], edge = edge_[row_count(kRows)];
-    if (middle != Ties::None) {
+    if (middle != Ties::None)
       return middle == Ties::Rare ? rows<kRows, Ties::Rare, Ties::Rare>(x, y, begin, end)
                                   : rows<kRows, Ties::OrtOnly, Ties::OrtOnly>(x, y, begin, end);
-    }
     const bool ninths = requantiser_.marks_are_ties && (q_.count_include_pad || kRows == WindowRows::Both);
-    if (edge == Ties::OrtOnly) {
+    if (edge == Ties::OrtOnly)
       return ninths ? rows<kRows, Ties::Ninths, Ties::OrtOnly>(x, y, begin, end)
                     : rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
-    }
     if (edge == Ties::Rare) return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
     return ninths ? rows<kRows, Ties::Ninths, Ties::None>(x, y, begin, end)
                   : rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
@@ -175,61 +175,90 @@ class Rows3x3Pool {
     const int64_t n = n_, d = d_, middle_end = n_ - d_, right = n_ - d_ - kLength;
     const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
     const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
-    if (begin < end) column_sums<kRows>(x + begin * n, row_sums(begin));
-    for (int64_t r = begin; r < end; ++r) {
+    const int16_t* sums = nullptr;         // the row's (or block's) column sums, d zeros on each side
+    const float* const* rows_f = nullptr;  // where every vector of the middle or of the edges needs them
+    Q* yr = nullptr;
+    int64_t r = begin;
+    // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
+    auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
+      return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
+    };
+    // the kLength values from i: the float pass, or ORT's value alone
+    auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
+      Ints out;
+      if (ties == Ties::OrtOnly) {
+        out = ort_values(rows_f, i, count_i);
+      } else {
+        const Ints difference = window_sums8(sums, i);
+        Ints marked;
+        out = Lanes::requantised(difference, scale_i, zero_point, marked);
+        if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
+      }
+      Lanes::narrow_one(out, yr + i);
+    };
+    auto edge = [&](int64_t i) __attribute__((always_inline)) {
+      i = min_of(i, n - kLength);
+      const int side = i < d ? 0 : 1;
+      const int64_t k = side == 0 ? i : i - right;
+      one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
+    };
+    // the kStep values of the middle from i, to base + i; with per_value, each value's scale from block_scales_
+    auto step = [&](int64_t i, Q* base, auto per_value) __attribute__((always_inline)) {
+      Q* out = base + i;
+      Ints outs[4];
+      if constexpr (kMiddle == Ties::Ninths) {
+        return Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), out);
+      } else if constexpr (kMiddle == Ties::OrtOnly) {
+        for (int v = 0; v < 4; ++v) outs[v] = ort_values(rows_f, i + v * kLength, count);
+      } else {
+        const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+#if defined(__AVX512BW__)
+        {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
+          using WideFloats = typename Lanes::WideFloats;
+          typename Lanes::WideInts marked_a, marked_b;
+          const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
+          const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
+          const auto out_a = Lanes::requantised(Lanes::wide_ints(a), scale_a, WideFloats{} + zero_point[0], marked_a);
+          const auto out_b = Lanes::requantised(Lanes::wide_ints(b), scale_b, WideFloats{} + zero_point[0], marked_b);
+          if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
+        }
+#endif
+        const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
+        Ints marked[4];
+        for (int v = 0; v < 4; ++v) {
+          const Floats scale_v = per_value ? Lanes::floats_at(block_scales_ + i + v * kLength) : scale;
+          outs[v] = Lanes::requantised(difference[v], scale_v, zero_point, marked[v]);
+        }
+        for (int v = 0; kMiddle == Ties::Rare && v < 4; ++v)
+          if (Lanes::any(marked[v])) outs[v] = settle(i + v * kLength, difference[v], marked[v], outs[v]);
+      }
+      Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
+    };
+    // Rows of a few vectors (NCHW planes): blocks of rows whose column sums lie d zeros apart, so that the middle's
+    // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
+    // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns).
+    const bool blocks = kRows == WindowRows::Both && kEdge == Ties::None && block_rows_ > 1 &&
+                        (kMiddle == Ties::None || (kMiddle == Ties::Ninths && (q_.count_include_pad || edge_columns_)));
+    for (; blocks && r + 1 < end; r += block_rows_) {
+      const int64_t rows = min_of(block_rows_, end - r), length = rows * (n + d) - d;
+      for (int64_t k = 0; k < rows; ++k) column_sums<kRows>(x + (r + k) * n, column_sums_ + d + k * (n + d));
+      sums = column_sums_ + d;
+      auto steps = [&](auto per_value) {
+        for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), block_out_, per_value);
+      };
+      kMiddle == Ties::None&& block_scales_ ? steps(std::true_type{}) : steps(std::false_type{});
+      for (int64_t k = 0; k < rows; ++k) std::memcpy(y + (r + k) * n, block_out_ + k * (n + d), static_cast<size_t>(n));
+    }
+    if (r < end) column_sums<kRows>(x + r * n, row_sums(r));
+    for (; r < end; ++r) {
       // the next row's sums first: loaded right after their stores, they waited for them
       if (r + 1 < end) column_sums<kRows>(x + (r + 1) * n, row_sums(r + 1));
-      const int16_t* sums = row_sums(r);
-      Q* yr = y + r * n;
-      const float* const* rows_f =  // where every vector of the middle or of the edges needs them
-          kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
-      // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
-      auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
-        return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
-      };
-      // the kLength values from i: the float pass, or ORT's value alone
-      auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
-        Ints out;
-        if (ties == Ties::OrtOnly) {
-          out = ort_values(rows_f, i, count_i);
-        } else {
-          const Ints difference = window_sums8(sums, i);
-          Ints marked;
-          out = Lanes::requantised(difference, scale_i, zero_point, marked);
-          if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
-        }
-        Lanes::narrow_one(out, yr + i);
-      };
-      auto edge = [&](int64_t i) __attribute__((always_inline)) {
-        i = min_of(i, n - kLength);
-        const int side = i < d ? 0 : 1;
-        const int64_t k = side == 0 ? i : i - right;
-        one(i, kEdge, Lanes::floats_at(edge_scale[side] + k), Lanes::floats_at(edge_count[side] + k));
-      };
+      sums = row_sums(r);
+      yr = y + r * n;
+      rows_f = kEdge == Ties::OrtOnly ? dequantised_rows(x, r, kRows, kMiddle == Ties::OrtOnly) : nullptr;
       int64_t i = 0;
       for (; i < d; i += kLength) edge(i);
-      for (; i + kStep <= middle_end; i += kStep) {
-        Ints out[4];
-        if constexpr (kMiddle == Ties::Ninths) {
-          Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), yr + i);
-          continue;
-        } else if constexpr (kMiddle == Ties::OrtOnly) {
-          for (int v = 0; v < 4; ++v) out[v] = ort_values(rows_f, i + v * kLength, count);
-        } else {
-          const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
-          const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
-          Ints marked[4];
-          for (int v = 0; v < 4; ++v) out[v] = Lanes::requantised(difference[v], scale, zero_point, marked[v]);
-          if constexpr (kMiddle == Ties::Rare) {
-            if (__builtin_expect(Lanes::any((marked[0] | marked[1]) | (marked[2] | marked[3])), 0)) {
-              for (int v = 0; v < 4; ++v) {
-                if (Lanes::any(marked[v])) out[v] = settle(i + v * kLength, difference[v], marked[v], out[v]);
-              }
-            }
-          }
-        }
-        Lanes::narrow(out[0], out[1], out[2], out[3], yr + i);
-      }
+      for (; i + kStep <= middle_end; i += kStep) step(i, yr, std::false_type{});
       for (; i + kLength <= middle_end; i += kLength) one(i, kMiddle, scale, count);
       for (; i < n; i += kLength) edge(i);
     }
@@ -303,11 +332,10 @@ class Rows3x3Pool {
   // f[j] = ORT's dequantised xr[j] for j in [begin, end) (at least kLength values), the last vector moved back.
   void dequantise(const Q* xr, float* f, int64_t begin, int64_t end) const {
     const Floats x_scale = Floats{} + q_.x_scale;
-    for (int64_t j = begin;; j += kLength) {
-      j = min_of(j, end - kLength);
+    for (int64_t at = begin; at < end; at += kLength) {
+      const int64_t j = min_of(at, end - kLength);
       const Floats v = x_scale * __builtin_convertvector(Lanes::widened(xr + j) - q_.x_zero_point, Floats);
       std::memcpy(f + j, &v, sizeof v);
-      if (j + kLength >= end) break;
     }
   }
 
@@ -318,26 +346,26 @@ class Rows3x3Pool {
     constexpr int64_t kShorts = 2 * kLength;
     const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * row_count(kRows));
     const int64_t n = n_;
-    for (int64_t i = 0;; i += kShorts) {
-      i = min_of<int64_t>(i, n - kShorts);
+    for (int64_t at = 0; at < n; at += kShorts) {
+      const int64_t i = min_of<int64_t>(at, n - kShorts);
       Shorts s = Lanes::widened_shorts(xr + i) - zero_sum;
       if constexpr (has_above(kRows)) s += Lanes::widened_shorts(xr + i - n);
       if constexpr (has_below(kRows)) s += Lanes::widened_shorts(xr + i + n);
       Lanes::store(out + i, s);
-      if (i + kShorts >= n) break;
     }
   }
 
   // Output row r's column sums, d zeros on each side: two rows' buffers, used in turn.
-  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * stride_ + d_; }
+  int16_t* row_sums(int64_t r) { return column_sums_ + (r & 1) * (n_ + d_) + d_; }
 
   // Points the arrays into the zeroed scratch at base (nullptr: nowhere). Returns the bytes they take.
   size_t layout(char* base) {
     Carve c{base};
-    column_sums_ = c.take<int16_t>(2 * stride_);
+    column_sums_ = c.take<int16_t>(max_of<int64_t>(2, block_rows_) * (n_ + d_) + d_);
     floats_ = c.take<float>(4 * stride_);
     edges_ = c.take<float>(12 * (d_ + kLength));
     columns_ = c.take<float>(2 * (h_ + 2 + kLength));
+    block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
     return c.bytes;
   }
 
@@ -358,21 +386,28 @@ class Rows3x3Pool {
     return Lanes::high_product(difference + (4 + 9 * 256), 7282) + static_cast<int16_t>(q_.y_zero_point - 256);
   }
 
-  // Whether the float pass marks any window of `valid` elements (1..9): every sum it can hold tried, once per
-  // thread and parameters (ORT's thread pool calls the kernel per chunk of a few units).
+  // Per thread, kept while the parameters and rows stay (ORT's thread pool calls the kernel per chunk of a few
+  // units): whether the float pass marks any window of `valid` elements (1..9), every sum it can hold tried; without
+  // count_include_pad the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends).
   struct MarkTable {
     float x_scale = 0, y_scale = 0;
     int32_t x_zero_point = 0, y_zero_point = 0, count_include_pad = -1;  // -1: nothing yet
+    int64_t n = 0, d = 0, block_rows = 0;
     bool marks[10] = {};
+    std::vector<float> block_scales;
   };
   const MarkTable& mark_table() const {
     thread_local MarkTable table;
     const QLinearParams& q = q_;
     if (table.x_scale == q.x_scale && table.y_scale == q.y_scale && table.x_zero_point == q.x_zero_point &&
-        table.y_zero_point == q.y_zero_point && table.count_include_pad == q.count_include_pad) {
+        table.y_zero_point == q.y_zero_point && table.count_include_pad == q.count_include_pad && table.n == n_ &&
+        table.d == d_ && table.block_rows == block_rows_)
       return table;
+    table = {q.x_scale, q.y_scale, q.x_zero_point, q.y_zero_point, q.count_include_pad, n_, d_, block_rows_, {}, {}};
+    for (int64_t k = 0; !q.count_include_pad && block_rows_ > 1 && k < block_rows_ * (n_ + d_); ++k) {
+      const int64_t at = k % (n_ + d_), columns = 1 + (at >= d_) + (at < n_ - d_);
+      table.block_scales.push_back(at < n_ ? static_cast<float>(requantiser_.window_scale(3 * columns)) : 0.0f);
     }
-    table = {q.x_scale, q.y_scale, q.x_zero_point, q.y_zero_point, q.count_include_pad, {}};
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     for (int valid = 1; valid <= 9; ++valid) {
       const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q.x_zero_point);
@@ -393,12 +428,14 @@ class Rows3x3Pool {
 
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
-  const int64_t h_, w_, d_, n_;         // n_: values of a row
-  const int64_t stride_;                // n_ and d_ zeros on each side: a row of column_sums_ or floats_
-  float scale_[4][4] = {};              // [rows][columns] of a window: its float scale
-  Ties middle_[4] = {}, edge_[4] = {};  // [rows]: the marks of the middle's windows and of the edge vectors'
-  int16_t* column_sums_ = nullptr;      // two rows' (see row_sums)
-  float* floats_ = nullptr;             // three dequantised input rows (see dequantised_rows), then a row of zeros
+  const int64_t h_, w_, d_, n_, block_rows_;  // n_: values of a row; block_rows_: of a block (see rows), if > 1
+  const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
+  float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
+  Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
+  int16_t* column_sums_ = nullptr;       // a block's rows' or two rows' (see row_sums), d zeros before and after each
+  Q* block_out_ = nullptr;               // a block's outputs, d values apart
+  const float* block_scales_ = nullptr;  // the scale of each value of a block of rows (see MarkTable)
+  float* floats_ = nullptr;              // three dequantised input rows (see dequantised_rows), then a row of zeros
   float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns

@@ -19,9 +19,8 @@ inline bool flat_plane_sums_apply(const PoolGeometry& g) {
   if (g.axes.size() != 2) return false;
   for (const AxisGeometry& a : g.axes) {
     if (a.stride != 1 || a.dilation != 1 || a.kernel > a.in || a.out != a.in || a.pad_begin < 0 ||
-        a.pad_begin > a.kernel - 1) {
+        a.pad_begin > a.kernel - 1)
       return false;
-    }
   }
   return true;
 }
