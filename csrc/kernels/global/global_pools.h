@@ -171,41 +171,61 @@ inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
   }
 }
 
+// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
+inline void transpose4(Simd<float, 16>::Value* v) {
+  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
+  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
+  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
+  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
+  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
+  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
+}
+
 // The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
 // converted in registers as they are summed instead of into a copy: the float path's sums of the same values in the
 // same order (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
 // mapped_sum_streams' 32 lanes in 4-lane vectors, its zero-padded tail and fold_vectors from there on; the same on
-// every vector width), in ScaledHalves' scaled domain without F16C. Returns false, means unset, if subnormals are
-// flushed (without F16C) or a sum is not finite: the caller then converts the block.
+// every vector width), in ScaledHalves' scaled domain without F16C. Below 2 kLanes elements four channels at a time,
+// their lanes transposed so that the fold and the tail take one vector operation for the four. Each mean is the
+// float sum (exact in float: a multiple of 2^-136 below 2^25) divided in float: the float path's double quotient
+// rounded to float is that quotient correctly rounded, as rounding first to 53 bits does not change the float
+// rounding of a quotient of two floats (53 >= 2 * 24 + 2). Returns false, means unset, if subnormals are flushed
+// (without F16C) or a sum is not finite: the caller then converts the block.
 constexpr int64_t kScaledMeansGroup = 256;  // channels per call: count <= this
 inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float* means) {
   using V = Simd<float, 16>::Value;
   static_assert(kLanes<float> == 32, "the lanes of short_sum and mapped_sum_streams");
   if (!ScaledHalves::kept_subnormals()) return false;
   ScaledHalves halves;
-  double sums[kScaledMeansGroup];
+  alignas(16) float sums[kScaledMeansGroup + 3];
   if (n < 2 * kLanes<float>) {
     const int64_t whole = n - n % 8;
-    for (int64_t j = 0; j < count; ++j) {
-      const Float16* channel = a + j * n;
-      V low = {}, high = {};
-      for (int64_t i = 0; i < whole; i += 8) {
-        V l, h;
-        halves.convert(ScaledHalves::load(channel + i), l, h);
-        low += l;
-        high += h;
+    for (int64_t j = 0; j < count; j += 4) {
+      V low[4], high[4], last_low[4], last_high[4];
+      for (int g = 0; g < 4; ++g) {  // past the last channel: the last one again (its lanes are not kept)
+        const Float16* channel = a + min_of(j + g, count - 1) * n;
+        low[g] = V{}, high[g] = V{};
+        for (int64_t i = 0; i < whole; i += 8) {
+          V l, h;
+          halves.convert(ScaledHalves::load(channel + i), l, h);
+          low[g] += l;
+          high[g] += h;
+        }
+        // the tail's elements: the last lanes of the 8 halves ending the channel
+        if (whole < n) halves.convert(ScaledHalves::load(channel + n - 8), last_low[g], last_high[g]);
       }
-      float tail = 0;
-      if (whole < n) {  // the tail's elements, in order: the last lanes of the 8 halves ending the channel
-        float last[8];
-        V l, h;
-        halves.convert(ScaledHalves::load(channel + n - 8), l, h);
-        std::memcpy(last, &l, sizeof l);
-        std::memcpy(last + 4, &h, sizeof h);
-        for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += last[lane];
+      transpose4(low);
+      transpose4(high);
+      V tail = {};
+      if (whole < n) {  // in order, from +0
+        transpose4(last_low);
+        transpose4(last_high);
+        for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += lane < 4 ? last_low[lane] : last_high[lane - 4];
       }
-      const float sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
-      sums[j] = static_cast<double>(sum * ScaledHalves::kScale);
+      const V sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
+      std::memcpy(sums + j, &sum, sizeof sum);
     }
   } else {
     for (int64_t j = 0; j < count; ++j) {
@@ -231,17 +251,14 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
         acc[2 * q] += l;
         acc[2 * q + 1] += h;
       }
-      sums[j] = fold_vectors<float, 8, 16>(acc) * static_cast<double>(ScaledHalves::kScale);
+      sums[j] = static_cast<float>(fold_vectors<float, 8, 16>(acc));
     }
   }
   bool finite = halves.finite();
   for (int64_t j = 0; j < count; ++j) finite &= std::isfinite(sums[j]);
   if (!finite) return false;
-  for (int64_t j = 0; j < count; ++j) {
-    double total = 0;
-    total += sums[j];
-    means[j] = from_acc<float>(total / static_cast<double>(n));
-  }
+  const float length = static_cast<float>(n);
+  for (int64_t j = 0; j < count; ++j) means[j] = (0.0f + sums[j] * ScaledHalves::kScale) / length;
   return true;
 }
 #endif
