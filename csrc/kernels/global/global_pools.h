@@ -203,18 +203,21 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
   if (n < 2 * kLanes<float>) {
     const int64_t whole = n - n % 8;
     for (int64_t j = 0; j < count; j += 4) {
-      V low[4], high[4], last_low[4], last_high[4];
-      for (int g = 0; g < 4; ++g) {  // past the last channel: the last one again (its lanes are not kept)
-        const Float16* channel = a + min_of(j + g, count - 1) * n;
-        low[g] = V{}, high[g] = V{};
-        for (int64_t i = 0; i < whole; i += 8) {
+      const Float16* channel[4];
+      for (int g = 0; g < 4; ++g) channel[g] = a + min_of(j + g, count - 1) * n;  // past the last: the last again
+      V low[4] = {}, high[4] = {}, last_low[4], last_high[4];
+      for (int64_t i = 0; i < whole; i += 8) {  // the four channels' sums side by side: four chains of additions
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
           V l, h;
-          halves.convert(ScaledHalves::load(channel + i), l, h);
+          halves.convert(ScaledHalves::load(channel[g] + i), l, h);
           low[g] += l;
           high[g] += h;
         }
-        // the tail's elements: the last lanes of the 8 halves ending the channel
-        if (whole < n) halves.convert(ScaledHalves::load(channel + n - 8), last_low[g], last_high[g]);
+      }
+      if (whole < n) {  // the tail's elements: the last lanes of the 8 halves ending each channel
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) halves.convert(ScaledHalves::load(channel[g] + n - 8), last_low[g], last_high[g]);
       }
       transpose4(low);
       transpose4(high);
