@@ -343,13 +343,42 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   return true;
 }
 
-// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector per channel
-// with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
-// keeping the first of equal values, as max_block's scalar scan does. Returns false if a NaN came by (the caller
-// then scans each channel).
-template <int G, class A>
+// Lanes [0, r) of p in a vector of Bytes <= kVectorBytes, zeros from lane r on (load_first's narrower form, for
+// channels shorter than a native vector).
+template <class A, int Bytes>
+[[gnu::always_inline]] inline typename Simd<A, Bytes>::Value load_first_of(const A* p, int64_t r) {
+  using S = Simd<A, Bytes>;
+  if constexpr (Bytes == kVectorBytes) {
+    return load_first(p, r);
+  } else {
+    if (r >= S::kLength) return S::load(p);
+    const int lanes = r > 0 ? static_cast<int>(r) : 0;
+#if defined(__AVX512VL__)
+    const auto mask = static_cast<__mmask8>((1u << lanes) - 1);
+    if constexpr (std::is_same_v<A, float> && Bytes == 16) return _mm_maskz_loadu_ps(mask, p);
+    if constexpr (std::is_same_v<A, float> && Bytes == 32) return _mm256_maskz_loadu_ps(mask, p);
+    if constexpr (std::is_same_v<A, double> && Bytes == 16) return _mm_maskz_loadu_pd(mask, p);
+    if constexpr (std::is_same_v<A, double> && Bytes == 32) return _mm256_maskz_loadu_pd(mask, p);
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<A, float> && Bytes == 16)
+      return _mm_maskload_ps(p, _mm_cmpgt_epi32(_mm_set1_epi32(lanes), _mm_setr_epi32(0, 1, 2, 3)));
+    if constexpr (std::is_same_v<A, double> && Bytes == 16)
+      return _mm_maskload_pd(p, _mm_cmpgt_epi64(_mm_set1_epi64x(lanes), _mm_set_epi64x(1, 0)));
+#endif
+    typename S::Value v = {};
+    for (int l = 0; l < lanes; ++l) v[l] = p[l];
+    return v;
+  }
+}
+
+// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector of Bytes per
+// channel with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
+// keeping the first of equal values, as max_block's scalar scan does. (A fold in pairs over lanes whose tail is
+// `start` gives the fold of the first power of two lanes holding n: so any width holding n gives the same value, and
+// the narrowest one has the fewest steps.) Returns false if a NaN came by (the caller then scans each channel).
+template <int G, class A, int Bytes = kVectorBytes>
 bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
-  using S = Simd<A>;
+  using S = Simd<A, Bytes>;
   using V = typename S::Value;
   using M = typename S::Mask;
   V lane;
@@ -359,15 +388,14 @@ bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
   V m[G];
   M nan = {};
   for (int g = 0; g < G; ++g) {
-    const V v = load_first(a + g * n, n);
+    const V v = load_first_of<A, Bytes>(a + g * n, n);
     nan |= v != v;
     m[g] = inside ? (v > fill ? v : fill) : fill;
   }
   using E = typename S::MaskElement;
-  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  if (fold_halves<E, Bytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
   for (int g = 0; g < G; ++g) {
-    const A best =
-        fold_pairs<A, kVectorBytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
+    const A best = fold_pairs<A, Bytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
     maxima[g] = start < best ? best : start;
   }
   return true;
@@ -690,9 +718,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         return;
       }
       if (size < Simd<A>::kLength) {
+        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes)
+        auto short_vectors = [&](const A* a, A* maxima) {
+          const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
+          if constexpr (kVectorBytes > 32) {
+            if (bytes <= 32 && bytes > 16) return max_short_vectors<kShortMaxGroup, A, 32>(a, size, kStart, maxima);
+          }
+          if constexpr (kVectorBytes > 16) {
+            if (bytes <= 16) return max_short_vectors<kShortMaxGroup, A, 16>(a, size, kStart, maxima);
+          }
+          return max_short_vectors<kShortMaxGroup>(a, size, kStart, maxima);
+        };
         for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
           A maxima[kShortMaxGroup];
-          if (max_short_vectors<kShortMaxGroup>(x + c * size, size, kStart, maxima)) {
+          if (short_vectors(x + c * size, maxima)) {
             for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
           } else {
             for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
