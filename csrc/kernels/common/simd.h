@@ -394,6 +394,18 @@ struct AccLoader<Float16> {
 };
 #pragma GCC diagnostic pop
 
+#if defined(__SSE2__) && !defined(__AVX512F__)
+// ScaledHalves' loads (both its forms below): 8 halves' bits.
+struct HalvesLoad {
+  typedef int16_t Halves __attribute__((vector_size(16)));
+  static Halves load(const void* p) {
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    return h;
+  }
+};
+#endif
+
 #if defined(__SSE2__) && !defined(__F16C__)
 // Float16 without a conversion instruction, for sums: each half's bits moved into float position are its value times
 // 2^-112, subnormal halves included (as float subnormals), with no arithmetic. A sum of such values, in any order, is
@@ -401,17 +413,11 @@ struct AccLoader<Float16> {
 // 2^-24, so one below float's normal range (2^-14, scaled) is a float subnormal, exact. One multiply by 2^112 of the
 // sum then gives the float sum's bits. That needs subnormals kept: kept_subnormals() reads MXCSR (denormals-are-zero,
 // flush-to-zero). Infinity and NaN have no such image: finite() says whether one came by.
-struct ScaledHalves {
-  typedef int16_t Halves __attribute__((vector_size(16)));
+struct ScaledHalves : HalvesLoad {
   typedef uint16_t UnsignedHalves __attribute__((vector_size(16)));
   using V = Simd<float, 16>::Value;
   static constexpr float kScale = 0x1p112f;
   Halves largest = {};  // the largest magnitude converted
-  static Halves load(const void* p) {
-    Halves h;
-    std::memcpy(&h, p, sizeof h);
-    return h;
-  }
   // halves 0..3 into low, 4..7 into high
   [[gnu::always_inline]] void convert(Halves h, V& low, V& high) {
     const Halves magnitude = h & 0x7fff;
@@ -433,15 +439,9 @@ struct ScaledHalves {
 #elif defined(__F16C__) && !defined(__AVX512F__)
 // ScaledHalves' interface over the conversion instruction (no scale; it converts every value exactly). Not with
 // AVX-512, whose float path sums converted copies in 16-lane vectors, faster than ScaledHalves' users' 4 lanes.
-struct ScaledHalves {
-  typedef int16_t Halves __attribute__((vector_size(16)));
+struct ScaledHalves : HalvesLoad {
   using V = Simd<float, 16>::Value;
   static constexpr float kScale = 1;
-  static Halves load(const void* p) {
-    Halves h;
-    std::memcpy(&h, p, sizeof h);
-    return h;
-  }
   [[gnu::always_inline]] void convert(Halves h, V& low, V& high) {
     const __m128i bits = reinterpret_cast<__m128i>(h);
     low = _mm_cvtph_ps(bits);

@@ -172,41 +172,64 @@ inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
   }
 }
 
+// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
+inline void transpose4(Simd<float, 16>::Value* v) {
+  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
+  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
+  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
+  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
+  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
+  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
+}
+
 // The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
 // converted in registers as they are summed instead of into a copy: the float path's sums of the same values in the
 // same order (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
 // mapped_sum_streams' 32 lanes in 4-lane vectors, its zero-padded tail and fold_vectors from there on; the same on
-// every vector width), in ScaledHalves' scaled domain without F16C. Returns false, means unset, if subnormals are
-// flushed (without F16C) or a sum is not finite: the caller then converts the block.
+// every vector width), in ScaledHalves' scaled domain without F16C. Below 2 kLanes elements four channels at a time,
+// their lanes transposed so that the fold and the tail take one vector operation for the four. Each mean is the
+// float sum (exact in float: a multiple of 2^-136 below 2^25) divided in float: the float path's double quotient
+// rounded to float is that quotient correctly rounded, as rounding first to 53 bits does not change the float
+// rounding of a quotient of two floats (53 >= 2 * 24 + 2). Returns false, means unset, if subnormals are flushed
+// (without F16C) or a sum is not finite: the caller then converts the block.
 constexpr int64_t kScaledMeansGroup = 256;  // channels per call: count <= this
 inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float* means) {
   using V = Simd<float, 16>::Value;
   static_assert(kLanes<float> == 32, "the lanes of short_sum and mapped_sum_streams");
   if (!ScaledHalves::kept_subnormals()) return false;
   ScaledHalves halves;
-  double sums[kScaledMeansGroup];
+  alignas(16) float sums[kScaledMeansGroup + 3];
   if (n < 2 * kLanes<float>) {
     const int64_t whole = n - n % 8;
-    for (int64_t j = 0; j < count; ++j) {
-      const Float16* channel = a + j * n;
-      V low = {}, high = {};
-      for (int64_t i = 0; i < whole; i += 8) {
-        V l, h;
-        halves.convert(ScaledHalves::load(channel + i), l, h);
-        low += l;
-        high += h;
+    for (int64_t j = 0; j < count; j += 4) {
+      const Float16* channel[4];
+      for (int g = 0; g < 4; ++g) channel[g] = a + min_of(j + g, count - 1) * n;  // past the last: the last again
+      V low[4] = {}, high[4] = {}, last_low[4], last_high[4];
+      for (int64_t i = 0; i < whole; i += 8) {  // the four channels' sums side by side: four chains of additions
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          V l, h;
+          halves.convert(ScaledHalves::load(channel[g] + i), l, h);
+          low[g] += l;
+          high[g] += h;
+        }
       }
-      float tail = 0;
-      if (whole < n) {  // the tail's elements, in order: the last lanes of the 8 halves ending the channel
-        float last[8];
-        V l, h;
-        halves.convert(ScaledHalves::load(channel + n - 8), l, h);
-        std::memcpy(last, &l, sizeof l);
-        std::memcpy(last + 4, &h, sizeof h);
-        for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += last[lane];
+      if (whole < n) {  // the tail's elements: the last lanes of the 8 halves ending each channel
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) halves.convert(ScaledHalves::load(channel[g] + n - 8), last_low[g], last_high[g]);
       }
-      const float sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
-      sums[j] = static_cast<double>(sum * ScaledHalves::kScale);
+      transpose4(low);
+      transpose4(high);
+      V tail = {};
+      if (whole < n) {  // in order, from +0
+        transpose4(last_low);
+        transpose4(last_high);
+        for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += lane < 4 ? last_low[lane] : last_high[lane - 4];
+      }
+      const V sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
+      std::memcpy(sums + j, &sum, sizeof sum);
     }
   } else {
     for (int64_t j = 0; j < count; ++j) {
@@ -232,17 +255,14 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
         acc[2 * q] += l;
         acc[2 * q + 1] += h;
       }
-      sums[j] = fold_vectors<float, 8, 16>(acc) * static_cast<double>(ScaledHalves::kScale);
+      sums[j] = static_cast<float>(fold_vectors<float, 8, 16>(acc));
     }
   }
   bool finite = halves.finite();
   for (int64_t j = 0; j < count; ++j) finite &= std::isfinite(sums[j]);
   if (!finite) return false;
-  for (int64_t j = 0; j < count; ++j) {
-    double total = 0;
-    total += sums[j];
-    means[j] = from_acc<float>(total / static_cast<double>(n));
-  }
+  const float length = static_cast<float>(n);
+  for (int64_t j = 0; j < count; ++j) means[j] = (0.0f + sums[j] * ScaledHalves::kScale) / length;
   return true;
 }
 #endif
@@ -324,13 +344,42 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   return true;
 }
 
-// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector per channel
-// with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
-// keeping the first of equal values, as max_block's scalar scan does. Returns false if a NaN came by (the caller
-// then scans each channel).
-template <int G, class A>
+// Lanes [0, r) of p in a vector of Bytes <= kVectorBytes, zeros from lane r on (load_first's narrower form, for
+// channels shorter than a native vector).
+template <class A, int Bytes>
+[[gnu::always_inline]] inline typename Simd<A, Bytes>::Value load_first_of(const A* p, int64_t r) {
+  using S = Simd<A, Bytes>;
+  if constexpr (Bytes == kVectorBytes) {
+    return load_first(p, r);
+  } else {
+    if (r >= S::kLength) return S::load(p);
+    const int lanes = r > 0 ? static_cast<int>(r) : 0;
+#if defined(__AVX512VL__)
+    const auto mask = static_cast<__mmask8>((1u << lanes) - 1);
+    if constexpr (std::is_same_v<A, float> && Bytes == 16) return _mm_maskz_loadu_ps(mask, p);
+    if constexpr (std::is_same_v<A, float> && Bytes == 32) return _mm256_maskz_loadu_ps(mask, p);
+    if constexpr (std::is_same_v<A, double> && Bytes == 16) return _mm_maskz_loadu_pd(mask, p);
+    if constexpr (std::is_same_v<A, double> && Bytes == 32) return _mm256_maskz_loadu_pd(mask, p);
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<A, float> && Bytes == 16)
+      return _mm_maskload_ps(p, _mm_cmpgt_epi32(_mm_set1_epi32(lanes), _mm_setr_epi32(0, 1, 2, 3)));
+    if constexpr (std::is_same_v<A, double> && Bytes == 16)
+      return _mm_maskload_pd(p, _mm_cmpgt_epi64(_mm_set1_epi64x(lanes), _mm_set_epi64x(1, 0)));
+#endif
+    typename S::Value v = {};
+    for (int l = 0; l < lanes; ++l) v[l] = p[l];
+    return v;
+  }
+}
+
+// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector of Bytes per
+// channel with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
+// keeping the first of equal values, as max_block's scalar scan does. (A fold in pairs over lanes whose tail is
+// `start` gives the fold of the first power of two lanes holding n: so any width holding n gives the same value, and
+// the narrowest one has the fewest steps.) Returns false if a NaN came by (the caller then scans each channel).
+template <int G, class A, int Bytes = kVectorBytes>
 bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
-  using S = Simd<A>;
+  using S = Simd<A, Bytes>;
   using V = typename S::Value;
   using M = typename S::Mask;
   V lane;
@@ -340,15 +389,14 @@ bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
   V m[G];
   M nan = {};
   for (int g = 0; g < G; ++g) {
-    const V v = load_first(a + g * n, n);
+    const V v = load_first_of<A, Bytes>(a + g * n, n);
     nan |= v != v;
     m[g] = inside ? (v > fill ? v : fill) : fill;
   }
   using E = typename S::MaskElement;
-  if (fold_halves<E, kVectorBytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  if (fold_halves<E, Bytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
   for (int g = 0; g < G; ++g) {
-    const A best =
-        fold_pairs<A, kVectorBytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
+    const A best = fold_pairs<A, Bytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
     maxima[g] = start < best ? best : start;
   }
   return true;
@@ -671,9 +719,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         return;
       }
       if (size < Simd<A>::kLength) {
+        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes)
+        auto short_vectors = [&](const A* a, A* maxima) {
+          const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
+          if constexpr (kVectorBytes > 32) {
+            if (bytes <= 32 && bytes > 16) return max_short_vectors<kShortMaxGroup, A, 32>(a, size, kStart, maxima);
+          }
+          if constexpr (kVectorBytes > 16) {
+            if (bytes <= 16) return max_short_vectors<kShortMaxGroup, A, 16>(a, size, kStart, maxima);
+          }
+          return max_short_vectors<kShortMaxGroup>(a, size, kStart, maxima);
+        };
         for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
           A maxima[kShortMaxGroup];
-          if (max_short_vectors<kShortMaxGroup>(x + c * size, size, kStart, maxima)) {
+          if (short_vectors(x + c * size, maxima)) {
             for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = from_acc<T>(maxima[g]);
           } else {
             for (int g = 0; g < kShortMaxGroup; ++g) y[c + g] = scanned(c + g);
