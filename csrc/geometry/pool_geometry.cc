@@ -148,6 +148,8 @@ PoolGeometry windowed_geometry(const PoolAttributes& attrs, const std::vector<in
   }
   PoolGeometry g;
   std::vector<int64_t> out_dims;
+  g.axes.reserve(in_spatial.size());  // one allocation each: tiny pools run in microseconds
+  out_dims.reserve(in_spatial.size());
   for (size_t axis = 0; axis < in_spatial.size(); ++axis) {
     g.axes.push_back(compute_axis(attrs, axis, in_spatial[axis], op));
     out_dims.push_back(g.axes.back().out);

@@ -39,8 +39,7 @@ struct RequantisePattern {
               int64_t first, int64_t n, int64_t n_rows) {
     if (key != key_of_rows) {
       fill_row(r, last, lead_valid, first, n);
-      key = key_of_rows;
-      rows = 1;
+      key = key_of_rows, rows = 1;
     }
     for (; rows < n_rows; ++rows) {
       std::memcpy(zero_sum + rows * n, zero_sum, sizeof(I) * static_cast<size_t>(n));
