@@ -939,11 +939,15 @@ bool pair_tiles_apply(const RowsAndColumns& rc, const LpNorm& lp) {
 // input row read once, the input rows a few output rows ahead fetched into the cache), then the roots of the whole
 // block in one run of vectors (vector_roots). A block with a sum that may be untrusted counts them and recomputes
 // those windows exactly.
+// Outputs a block of lp_pool_pair_tiles aims at: the next block's input (4 output rows of 56) fetched while this one's
+// roots are taken keeps memory busy; longer blocks leave it idle while their sums are made.
+constexpr int64_t kPairTileValues = 256;
+
 template <class A>
 void lp_pool_pair_tiles(const A* x, A* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
                         const LpNorm& lp) {
   const int64_t in_w = rc.cols.in, out_w = rc.cols.out, out_h = rc.rows.out;
-  const int64_t block = max_of<int64_t>(1, min_of(out_h, kBlockValues / out_w));  // output rows
+  const int64_t block = max_of<int64_t>(1, min_of(out_h, kPairTileValues / out_w));  // output rows
   ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
                        sizeof(A) * static_cast<size_t>(block * out_w + kBlock));
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
