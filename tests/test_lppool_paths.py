@@ -19,8 +19,11 @@ a power of two from the start), huge values throughout (the plane redone at a ne
 rows (more than 1/16 of the windows untrusted: redone), zeros of both signs.
 
 Windows that tile float and double planes (kernel = stride = 2 or 3 along both axes, no padding) take the pipelined
-path: the next output row's window sums made while this row's roots are taken. The cases take output heights of 1
-to 13, rows of fewer windows than a vector and of several vectors with a tail, and the planes of the flat rows above.
+path: the next output row's window sums made while this row's roots are taken. 2x2 windows whose root has a vector
+form (p = 2; p = 3 in float on the avx2 and avx512 paths) over rows of at least a vector of windows take
+lp_pool_pair_tiles instead: a block of rows' window sums, then the block's roots in one run of vectors (the last
+vector of a row or block overlapping the one before). The cases take output heights of 1 to 75 (several blocks of
+rows), rows of fewer windows than a vector and of several vectors with a tail, and the planes of the flat rows above.
 
 Each plane or group of planes is checked against the float64 reference of tests/reference.py at its own scale, with
 the library's kernel proven to run, on every ISA this CPU runs.
@@ -169,7 +172,14 @@ def check_all_rows() -> int:
 
 
 TILE_KERNELS = [[2, 2], [2, 3], [3, 2], [3, 3]]
-TILE_PLANES = [(3, 6), (7, 9), (8, 46), (19, 112), (27, 35)]  # H, W (windows past the last whole one are dropped)
+TILE_PLANES = [
+    (3, 6),
+    (7, 9),
+    (8, 46),
+    (19, 112),
+    (27, 35),
+    (150, 34),
+]  # H, W (windows past the last whole one are dropped)
 
 
 def tile_cases() -> list[tuple[list[int], float, str, tuple[int, int]]]:

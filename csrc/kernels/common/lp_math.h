@@ -12,6 +12,10 @@
 #include "kernels/common/per_isa.h"
 #include "kernels/common/simd.h"
 
+#if defined(__FMA__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
@@ -132,23 +136,81 @@ constexpr bool kFusedCubeRoot = false;  // portable x86-64: std::fma would be a 
 // with -mfma, the same operations a vector lane does): where not unsure (all but 3.3e-5 of them) the value is
 // cube_root's, bit for bit; the 70 values where cube_root is not correctly rounded (above) are all unsure. So every
 // ISA returns the same bits, and callers recompute the unsure ones with cube_root (settle_roots).
-inline float fused_cube_root(float v, int32_t& unsure) {
+// The lanes of a float or of a native float vector as 32-bit integers and back, conversions between the two lane types
+// (truncating toward zero, as static_cast), and a fused multiply-add lane by lane: fused_cube_root's operations,
+// written once for scalars and vectors so that every lane does what the scalar code does.
+inline uint32_t lanes_bits(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  const float third = static_cast<float>(static_cast<int32_t>(bits)) * (1.0f / 3.0f);  // as in cube_root
-  bits = 0x54a21d2au - static_cast<uint32_t>(static_cast<int32_t>(third));
-  float r;
-  std::memcpy(&r, &bits, sizeof r);
-  const float d = std::fma(-(v * r), r * r, 1.0f);
-  r = std::fma(r * d, std::fma(std::fma(d, 14.0f / 81.0f, 2.0f / 9.0f), d, 1.0f / 3.0f), r);
-  r = (r * (1.0f / 3.0f)) * std::fma(-(v * r), r * r, 4.0f);
-  const float r2 = r * r;
-  const float y0 = v * r2;
-  const float square = y0 * y0;
-  const float square_low = std::fma(y0, y0, -square);                          // y0^2 = square + square_low
-  const float residual = std::fma(-square_low, y0, std::fma(-square, y0, v));  // v - y0^3
-  const float low = std::fma(residual, r2 * ((1.0f - 0x1p-16f) / 3.0f), y0);
-  const float high = std::fma(residual, r2 * ((1.0f + 0x1p-16f) / 3.0f), y0);
+  return bits;
+}
+inline float lanes_of_bits(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+inline float lanes_to_float(uint32_t bits) { return static_cast<float>(static_cast<int32_t>(bits)); }
+inline uint32_t lanes_to_bits(float v) { return static_cast<uint32_t>(static_cast<int32_t>(v)); }
+inline float lanes_fma(float a, float b, float c) { return std::fma(a, b, c); }
+template <class V>
+using LaneBits = typename VectorOf<uint32_t, sizeof(V)>::Type;
+template <class V>
+using LaneInts = typename VectorOf<int32_t, sizeof(V)>::Type;
+template <class V>
+[[gnu::always_inline]] inline LaneBits<V> lanes_bits(V v) {
+  return reinterpret_cast<LaneBits<V>>(v);
+}
+template <class U>
+[[gnu::always_inline]] inline auto lanes_of_bits(U bits) {
+  return reinterpret_cast<typename VectorOf<float, sizeof(U)>::Type>(bits);
+}
+template <class U>
+[[gnu::always_inline]] inline auto lanes_to_float(U bits) {
+  return __builtin_convertvector(reinterpret_cast<LaneInts<U>>(bits), typename VectorOf<float, sizeof(U)>::Type);
+}
+template <class V>
+[[gnu::always_inline]] inline LaneBits<V> lanes_to_bits(V v) {
+  return reinterpret_cast<LaneBits<V>>(__builtin_convertvector(v, LaneInts<V>));
+}
+template <class V, class B, class C>
+[[gnu::always_inline]] inline V lanes_fma(V a, B b_in, C c_in) {
+  auto lanes = [](auto in) __attribute__((always_inline)) {
+    if constexpr (std::is_arithmetic_v<decltype(in)>) {
+      return V{} + in;  // a constant in every lane (folded)
+    } else {
+      return in;
+    }
+  };
+  const V b = lanes(b_in), c = lanes(c_in);
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return _mm512_fmadd_ps(a, b, c);
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32) return _mm256_fmadd_ps(a, b, c);
+  if constexpr (sizeof(V) == 16) return _mm_fmadd_ps(a, b, c);
+#endif
+  V r;
+  for (int l = 0; l < static_cast<int>(sizeof(V) / sizeof(float)); ++l) r[l] = std::fma(a[l], b[l], c[l]);
+  return r;
+}
+
+// F is float (unsure an int32_t, set to 1) or a native float vector (unsure that vector's lane mask, all-ones in the
+// lanes it cannot vouch for).
+template <class F, class Unsure>
+[[gnu::always_inline]] inline F fused_cube_root(F v, Unsure& unsure) {
+  // as in cube_root
+  const F third = lanes_to_float(lanes_bits(v)) * (1.0f / 3.0f);
+  F r = lanes_of_bits(0x54a21d2au - lanes_to_bits(third));
+  const F d = lanes_fma(-(v * r), r * r, 1.0f);
+  r = lanes_fma(r * d, lanes_fma(lanes_fma(d, 14.0f / 81.0f, 2.0f / 9.0f), d, 1.0f / 3.0f), r);
+  r = (r * (1.0f / 3.0f)) * lanes_fma(-(v * r), r * r, 4.0f);
+  const F r2 = r * r;
+  const F y0 = v * r2;
+  const F square = y0 * y0;
+  const F square_low = lanes_fma(y0, y0, -square);                           // y0^2 = square + square_low
+  const F residual = lanes_fma(-square_low, y0, lanes_fma(-square, y0, v));  // v - y0^3
+  const F low = lanes_fma(residual, r2 * ((1.0f - 0x1p-16f) / 3.0f), y0);
+  const F high = lanes_fma(residual, r2 * ((1.0f + 0x1p-16f) / 3.0f), y0);
   unsure |= low != high;  // NaN (from untrusted sums) is unsure too
   return low;
 }

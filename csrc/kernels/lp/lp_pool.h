@@ -722,9 +722,9 @@ template <int KR, int KC, class A, class Map>
 // are picked within each 16-byte segment (one in-segment shuffle each, e.g. shufps: a full even/odd deinterleave
 // costs cross-segment permutes on AVX2 / AVX-512) and added, so sum[i] = v[2 q(i)] + v[2 q(i) + 1] for the pair
 // q(i) that position i holds; in_order() then moves pair q to position q (nothing to do with 16-byte vectors).
-template <class A>
+template <class A, int Bytes = kVectorBytes>
 struct PairShuffles {
-  using S = Simd<A>;
+  using S = Simd<A, Bytes>;
   using V = typename S::Value;
   using M = typename S::Mask;
   static constexpr int L = S::kLength;
@@ -845,6 +845,161 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
   for_each_plane_scaled(x, y, planes, g, lp, probe_buffer, plane_rows);
 }
 
+// ---- 2x2 stride 2 windows, the sums and the roots of an output row in one run of vectors ---------------------------
+
+// Powers whose root has a form in native vectors of A with the value root_for gives: square roots (kLaneRoot), and on
+// x86-64 builds with fused multiply-adds the float cube root (fused_cube_root, its unsure lanes settled after).
+template <class Power, class A>
+constexpr bool kVectorRoot = kLaneRoot<Power>;
+#if defined(__FMA__)
+template <>
+constexpr bool kVectorRoot<IntegerPower<3>, float> = kFusedCubeRoot;
+#endif
+
+// The root of a vector of window sums: lane_root, or fused_cube_root (unsure: its lanes it cannot vouch for).
+template <class Power, class V, class M>
+[[gnu::always_inline]] inline V vector_root(Power power, V sum, M& unsure) {
+  if constexpr (kLaneRoot<Power>) {
+    return lane_root(power, sum);
+  } else {
+    return fused_cube_root(sum, unsure);
+  }
+}
+
+// sums[j] = the window sum of 2x2 stride 2 windows at j for n >= L windows of the input rows in and in + in_w: the
+// sums of tile_sum<2, 2> in the same order, in native vectors (PairShuffles, as pipelined_row), the last one
+// overlapping the one before when L does not divide n (it rewrites the same values).
+template <class A, class Power, class Scale>
+[[gnu::always_inline]] inline void pair_tile_sums(const A* __restrict in, int64_t in_w, A* __restrict sums, int64_t n,
+                                                  Power power, Scale scale) {
+  using P = PairShuffles<A>;
+  using S = typename P::S;
+  constexpr int L = P::L;
+  auto pairs = [&](const A* s, int64_t at) __attribute__((always_inline)) {
+    return P::sums(lane_power(power, scale(S::load(s + 2 * at))), lane_power(power, scale(S::load(s + 2 * at + L))));
+  };
+  auto at = [&](int64_t j)
+                __attribute__((always_inline)) { S::store(sums + j, P::in_order(pairs(in, j) + pairs(in + in_w, j))); };
+  int64_t j = 0;
+  for (; j + L <= n; j += L) at(j);
+  if (j < n) at(n - L);
+}
+
+// out[j] = down(root of sums[j]) for n >= L sums in native vectors, the last one overlapping the one before when L does
+// not divide n. Returns whether every sum is surely trusted (the loop keeps only the smallest sum and the total, which
+// NaN and infinity reach: two operations a vector instead of a count's four); the roots fused_cube_root could not
+// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, a few cache
+// lines a vector: the memory the next block reads, while this one computes.
+template <class A, class Power, class Down>
+[[gnu::always_inline]] inline bool vector_roots(const A* __restrict sums, A* __restrict out, int64_t n, Power power,
+                                                Down down, const char* fetch, int64_t fetch_bytes) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  constexpr int L = S::kLength;
+  V smallest = S::splat(std::numeric_limits<A>::max());
+  V total{};
+  M unsure_lanes{};
+  const int64_t lines_per_vector = (fetch_bytes / 64 + n / L) / (n / L + 1) + 1;
+  const int64_t last_line = fetch_bytes - 1;
+  int64_t fetched = 0;
+  auto at = [&](int64_t j) __attribute__((always_inline)) {
+    for (int64_t k = 0; k < lines_per_vector; ++k, fetched += 64)
+      __builtin_prefetch(fetch + min_of(fetched, last_line));
+    const V sum = S::load(sums + j);
+    smallest = sum < smallest ? sum : smallest;
+    total += sum;
+    S::store(out + j, down(vector_root(power, sum, unsure_lanes)));
+  };
+  int64_t j = 0;
+  for (; j + L <= n; j += L) at(j);
+  if (j < n) at(n - L);
+  A least = smallest[0], all = total[0];
+  int32_t unsure = unsure_lanes[0] != 0;
+  for (int l = 1; l < L; ++l) {
+    least = smallest[l] < least ? smallest[l] : least;
+    all += total[l];
+    unsure |= unsure_lanes[l] != 0;
+  }
+  settle_roots(power, unsure, n, [&](int64_t i) { return sums[i]; }, [&](int64_t i, A root) { out[i] = down(root); });
+  return window_sum_trusted(least) && window_sum_trusted(all);
+}
+
+// Whether lp_pool_pair_tiles takes planes of this geometry and power: 2x2 stride 2 tiles (pipelined_rows) of rows at
+// least one vector of windows wide, A's root in vectors.
+template <class A>
+bool pair_tiles_apply(const RowsAndColumns& rc, const LpNorm& lp) {
+  if (rc.rows.kernel != 2 || rc.cols.kernel != 2 || rc.cols.out < Simd<A>::kLength) return false;
+  bool vector_root_of_power = false;
+  with_power(lp, [&](auto power) { vector_root_of_power = kVectorRoot<decltype(power), A>; });
+  return vector_root_of_power;
+}
+
+// 2x2 stride 2 planes (pair_tiles_apply), a block of output rows at a time: their window sums (pair_tile_sums, each
+// input row read once, the input rows a few output rows ahead fetched into the cache), then the roots of the whole
+// block in one run of vectors (vector_roots). A block with a sum that may be untrusted counts them and recomputes
+// those windows exactly.
+// Outputs a block of lp_pool_pair_tiles aims at: the next block's input (4 output rows of 56) fetched while this one's
+// roots are taken keeps memory busy; longer blocks leave it idle while their sums are made.
+constexpr int64_t kPairTileValues = 256;
+
+template <class A>
+void lp_pool_pair_tiles(const A* x, A* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
+                        const LpNorm& lp) {
+  const int64_t in_w = rc.cols.in, out_w = rc.cols.out, out_h = rc.rows.out;
+  const int64_t block = max_of<int64_t>(1, min_of(out_h, kPairTileValues / out_w));  // output rows
+  ScratchBuffer memory(sizeof(int64_t) * kVisitScratch * g.axes.size() +
+                       sizeof(A) * static_cast<size_t>(block * out_w + kBlock));
+  int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
+  A* sums = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
+  A* probe_buffer = sums + block * out_w;
+  auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& redo_needed) {
+    if constexpr (kVectorRoot<decltype(power), A>) {
+      const A* xp = a.x;
+      A* yp = a.y;
+      const PowerOfTwo<A> up = a.up, down = a.down;
+      auto run = [&](auto scale, auto down_scale) {
+        for (int64_t oh0 = 0; oh0 < out_h; oh0 += block) {
+          const int64_t nb = min_of(block, out_h - oh0);
+          for (int64_t r = 0; r < nb; ++r) {
+            const int64_t oh = oh0 + r;
+            pair_tile_sums(xp + oh * 2 * in_w, in_w, sums + r * out_w, out_w, power, scale);
+          }
+          // the input rows of the next block (in the next plane after this plane's last block), fetched while the
+          // roots are taken
+          const A* fetch = xp + (oh0 + nb) * 2 * in_w;
+          int64_t fetch_rows = 2 * min_of(block, out_h - oh0 - nb);
+          if (oh0 + nb >= out_h) {
+            fetch = xp + g.in_size;
+            fetch_rows = a.plane + 1 < planes ? 2 * min_of(block, out_h) : 0;
+          }
+          const int64_t n = nb * out_w;
+          A* out = yp + oh0 * out_w;
+          if (vector_roots(sums, out, n, power, down_scale, reinterpret_cast<const char*>(fetch),
+                           fetch_rows * in_w * static_cast<int64_t>(sizeof(A)))) {
+            continue;
+          }
+          int32_t bad = 0;
+          for (int64_t j = 0; j < n; ++j) bad += !window_sum_trusted(sums[j]);
+          if (bad == 0) continue;
+          if (redo_needed(bad)) return;
+          for (int64_t j = 0; j < n; ++j) {
+            if (!window_sum_trusted(sums[j])) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+          }
+        }
+      };
+      if (a.e == 0) {
+        auto same = [](auto v) __attribute__((always_inline)) { return v; };
+        run(same, same);
+      } else {
+        run([&](auto v) __attribute__((always_inline)) { return v * up.first * up.second; },
+            [&](auto root) __attribute__((always_inline)) { return root * down.first * down.second; });
+      }
+    }
+  };
+  for_each_plane_scaled(x, y, planes, g, lp, probe_buffer, plane_rows);
+}
+
 // Runs the pipelined path when it applies (float and double planes of side-by-side windows); false otherwise.
 template <class T>
 bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry& g, const RowsAndColumns& rc,
@@ -855,7 +1010,13 @@ bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry&
     if (!pipelined_rows(rc)) return false;
     const int kernels = 10 * static_cast<int>(rc.rows.kernel) + static_cast<int>(rc.cols.kernel);
     switch (kernels) {
-      case 22: lp_pool_pipelined<2, 2>(x, y, planes, g, rc, lp); return true;
+      case 22:
+        if (pair_tiles_apply<T>(rc, lp)) {
+          lp_pool_pair_tiles(x, y, planes, g, rc, lp);
+        } else {
+          lp_pool_pipelined<2, 2>(x, y, planes, g, rc, lp);
+        }
+        return true;
       case 23: lp_pool_pipelined<2, 3>(x, y, planes, g, rc, lp); return true;
       case 32: lp_pool_pipelined<3, 2>(x, y, planes, g, rc, lp); return true;
       case 33: lp_pool_pipelined<3, 3>(x, y, planes, g, rc, lp); return true;
