@@ -250,3 +250,30 @@ def test_readme_summary_at_most_ten_rows():
     ((columns, rows),) = tables(readme_summary(env, results))
     assert len(rows) == 10 and all(row[2] == "2.00x" and row[3] == "-" for row in rows)
     assert "CPU X" in readme_summary(env, results) and "2000-01-01" in readme_summary(env, results)
+
+
+def test_time_alternating_takes_turns_with_one_burst_length():
+    """Samples alternate, the first function of each sample rotating from `start` on, and every function's samples
+    are bursts of the same number of runs, even when one function's timed warm-up run is slower (a shorter burst
+    would pay the slow first run of each burst over fewer runs)."""
+    import time
+
+    from onnx_pools.bench.timing import time_alternating
+
+    calls: list[str] = []
+
+    def make(name, first_s):
+        state = {"first": True}
+
+        def fn():
+            if state["first"]:
+                state["first"] = False
+                time.sleep(first_s)
+            calls.append(name)
+
+        return fn
+
+    samples, counts = time_alternating([make("a", 0.004), make("b", 0.0)], runs=3, sample_s=0.001, start=1)
+    assert [len(s) for s in samples] == [3, 3]
+    assert counts[0] == counts[1] == 3 + 1  # a burst of one run each (the slower warm-up sizes both), + warm-up
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]  # warm-ups, then b first (start=1), rotating

@@ -41,11 +41,13 @@ def time_alternating(
     sample_s: float = 0.0,
     runs: int | None = None,
     warmup: int = 1,
+    start: int = 0,
 ) -> tuple[list[list[float]], list[int]]:
     """time_runs of several functions whose samples alternate (a sample of each in turn, the order rotating), so
     that a slow stretch of a shared machine hits them alike and sample i of each is comparable: (samples per
-    function, calls per function). `target_s` is the time of all functions' samples together."""
-    bursts = []
+    function, calls per function). `target_s` is the time of all functions' samples together; `start`: the
+    function whose sample comes first (a caller timing in short calls changes it from call to call)."""
+    firsts = []
     for fn in fns:
         for _ in range(warmup - 1):
             fn()
@@ -54,11 +56,15 @@ def time_alternating(
             t0 = time.perf_counter()
             fn()
             first = max(time.perf_counter() - t0, 1e-7)
-        bursts.append((max(1, round(sample_s / first)) if sample_s else 1, first))
+        firsts.append(first)
+    # One burst length for all: the first run after another function is the slow one of a burst, and a function
+    # whose timed warm-up run happened to be slow would get shorter bursts, paying it over fewer runs.
+    burst = max(1, round(sample_s / max(firsts))) if sample_s else 1
+    bursts = [(burst, first) for first in firsts]
     per_sample = sum(burst * first for burst, first in bursts)
     n = runs if runs is not None else int(min(max_runs, max(min_runs, round(target_s / per_sample))))
     samples: list[list[float]] = [[] for _ in fns]
-    for i in range(n):
+    for i in range(start, start + n):
         # the order rotates from sample to sample: a function run right after a heavier one (its caches evicted)
         # is not always the same one
         for k in (*range(i % len(fns), len(fns)), *range(i % len(fns))):

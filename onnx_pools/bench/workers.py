@@ -48,6 +48,7 @@ def _serve() -> int:
     # The builds' counters: ctypes gets the instance ORT loaded from the same file
     counters = [_call_counter(os.path.realpath(path)) for path in (onnx_pools.get_library_path(), baseline) if path]
     runners: dict[tuple[Any, ...], list[Callable[[], Any]]] = {}
+    turns = 0
     while True:
         try:
             msg = pickle.load(requests)
@@ -68,16 +69,18 @@ def _serve() -> int:
             for t in threads:
                 runners[(*key, t)] = []
                 for build in ("lib", "baseline") if baseline else ("lib",):
-                    run, y = bound_runner(ort_session(model, True, t, baseline if build == "baseline" else None), x)
-                    run()
+                    run, outputs[(build, t)] = bound_runner(
+                        ort_session(model, True, t, baseline if build == "baseline" else None), x
+                    )
                     runners[(*key, t)].append(run)
-                    outputs[(build, t)] = y
             send(outputs)
         elif kind == "time":  # [the library's samples, the baseline's], each with "its kernel ran every time"
             _, op, t, target, min_runs, sample_s, *key = msg
             builds = runners[(*key, t)]
             before = [count(op) for count in counters]
-            samples, calls = time_alternating(builds, target * len(builds), min_runs, sample_s=sample_s)
+            # each call starts with the other build: the first samples after the parent's engines ran are slower
+            turns += 1
+            samples, calls = time_alternating(builds, target * len(builds), min_runs, sample_s=sample_s, start=turns)
             # with the library itself as the baseline the two builds share one counter: it counts both's runs
             ran = [
                 count(op) - b == sum(c for other, c in zip(counters, calls) if other is count)
