@@ -6,10 +6,11 @@ custom-op library (onnx_pools.session_options(model=...)) and as a plugin execut
 
 Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
 around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
-pre-created OrtValues; in each of the rounds the two sessions' samples alternate one by one (bursts of runs for
-the short ones), about TARGET_S of each. Reported: median over rounds of each route's round medians, the spread
-(25th-75th percentile of the rounds, % of the median), and ep / custom-op: the median of the ratios of samples
-taken one after the other, with their 25th-75th percentile.
+pre-created OrtValues; in each of the rounds, about TARGET_S of each session (bursts of runs for the short ones):
+at 1 thread their samples alternate one by one; at more, each session takes a turn followed by a pause (its idle
+pool threads spin for a while after its runs). Reported: median over rounds of each route's round medians, the
+spread (25th-75th percentile of the rounds, % of the median), and ep / custom-op: the median of the ratios of
+samples taken one after the other (at more threads: of the rounds' medians), with their 25th-75th percentile.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 import onnx_pools
 from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
 from onnx_pools.bench.engines import bound_runner
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating
+from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating, time_runs
 
 __all__ = ["ROUTES", "route_cases", "routes_table"]
 
@@ -110,12 +111,19 @@ def routes_table(
             per_round: dict[str, list[float]] = {r: [] for r in ROUTES}
             paired: list[float] = []  # ep / custom-op of samples taken one after the other
             fns = [runs[route] for route in ROUTES]
-            for _ in range(rounds):
-                (custom, ep), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)
+            for r in range(rounds):
+                if t == 1:
+                    (custom, ep), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2, start=r)
+                    paired += [e / c for e, c in zip(ep, custom)]
+                else:  # a turn each, with a pause after it: a session's idle pool threads spin for a while and
+                    # would take a core from the other session's next sample
+                    custom, ep = [], []
+                    for k in (r % 2, 1 - r % 2):
+                        (custom, ep)[k].extend(time_runs(fns[k], TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)[0])
+                        time.sleep(SPIN_SETTLE_S)
+                    paired.append(statistics.median(ep) / statistics.median(custom))
                 per_round["custom-op"].append(statistics.median(custom))
                 per_round["ep"].append(statistics.median(ep))
-                paired += [e / c for e, c in zip(ep, custom)]
-                time.sleep(SPIN_SETTLE_S)  # idle pool threads spin for a while after a run at t > 1
             med = {k: statistics.median(v) for k, v in per_round.items()}
             spread = {k: 100 * (_percentile(v, 75) - _percentile(v, 25)) / med[k] for k, v in per_round.items()}
             ratio = statistics.median(paired)
