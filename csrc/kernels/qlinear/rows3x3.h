@@ -93,15 +93,15 @@ class Rows3x3Pool {
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
       const bool down = edge == Ties::OrtOnly && d_ < kLength;  // a few lanes of a vector: down the rows (edge_columns)
       edge_columns_ |= down;
-      edge_[rows] = max_of(down ? Ties::None : edge, middle_[rows]);  // Ties are ordered: a mix takes the last
-      const float counts[4] = {0, q.count_include_pad ? 9.0f : rows, 2.0f * rows, 3.0f * rows};  // [columns]
+      edge_[rows] = max_of(down ? Ties::None : edge, middle_[rows]);       // Ties are ordered: a mix takes the last
+      const float counts[4] = {0, 1.0f * rows, 2.0f * rows, 3.0f * rows};  // elements of a window, by columns
       for (int side = 0; side < 2; ++side) {
         for (int64_t k = 0; k < d_ + kLength; ++k) {
           const int64_t at = side == 0 ? k : n_ - d_ - kLength + k;
           if (at < 0 || at >= n_) continue;
           const int cols = 1 + (at >= d_) + (at < n_ - d_);
           edge_lanes(rows, side, 0)[k] = scale_[rows][cols];
-          edge_lanes(rows, side, 1)[k] = counts[q.count_include_pad ? 1 : cols];
+          edge_lanes(rows, side, 1)[k] = q.count_include_pad ? 9.0f : counts[cols];
         }
       }
     }
