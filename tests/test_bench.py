@@ -190,6 +190,11 @@ def test_routes_mode(tmp_path):
     assert columns[:4] == ["case", "threads", "custom-op ms", "ep ms"]
     assert kernel_ran_everywhere(columns, rows, "kernel ran")
     assert rows and all(row[columns.index("same output")] == "yes" for row in rows)
+    # the control: a node the EP does not take, in a session without and with the EP
+    control_columns, control_rows = tables(out)[1]
+    assert control_columns[:4] == ["model", "threads", "stock ms", "with the EP ms"]
+    assert len(control_rows) == 1 and "not taken by the EP" in control_rows[0][0]
+    assert float(control_rows[0][2]) > 0 and float(control_rows[0][3]) > 0
 
 
 def test_qlinear_times_with_baseline(tmp_path):

@@ -11,6 +11,10 @@ at 1 thread their samples alternate one by one; at more, each session takes a tu
 pool threads spin for a while after its runs). Reported: median over rounds of each route's round medians, the
 spread (25th-75th percentile of the rounds, % of the median), and ep / custom-op: the median of the ratios of
 samples taken one after the other (at more threads: of the rounds' medians), with their 25th-75th percentile.
+
+A control follows the table: a one-node Relu model, which the EP does not take, in a plain session and in a session
+with the EP, timed the same way. What it shows is ORT's own cost per run of having a plugin EP in the session, which
+no kernel of the EP can remove; it is most of the difference between the routes on the tiny cases.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, sm
 from onnx_pools.bench.engines import bound_runner
 from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating, time_runs
 
-__all__ = ["ROUTES", "route_cases", "routes_table"]
+__all__ = ["ROUTES", "control_table", "route_cases", "routes_table"]
 
 ROUTES = ("custom-op", "ep")
 ROUNDS = 20
@@ -62,6 +66,7 @@ def route_cases(substrings: list[str] | None = None) -> list[Case]:
 
 
 def _session(route: str, model: bytes, threads: int) -> Any:
+    """route: "custom-op", "ep", or "stock" (ORT alone)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -71,7 +76,7 @@ def _session(route: str, model: bytes, threads: int) -> Any:
     so.log_severity_level = 3
     if route == "ep":
         so = onnx_pools.ep_session_options(so)
-    else:
+    elif route == "custom-op":
         so = onnx_pools.session_options(so, model=model)
     return ort.InferenceSession(model, so)
 
@@ -84,6 +89,63 @@ def _kernel_runs(op: str, run: Callable[[], Any]) -> int:
     before = onnx_pools.call_counts()[op]
     run()
     return onnx_pools.call_counts()[op] - before
+
+
+def _time_pair(fns: list[Callable[[], Any]], threads: int, rounds: int) -> tuple[list[float], list[float], list[float]]:
+    """([median seconds of each], [spread % of each], [second / first of samples taken one after the other])."""
+    per_round: list[list[float]] = [[], []]
+    paired: list[float] = []
+    for r in range(rounds):
+        if threads == 1:
+            (first, second), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2, start=r)
+            paired += [b / a for a, b in zip(first, second)]
+        else:  # a turn each, with a pause after it: a session's idle pool threads spin for a while and
+            # would take a core from the other session's next sample
+            first, second = [], []
+            for k in (r % 2, 1 - r % 2):
+                (first, second)[k].extend(time_runs(fns[k], TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)[0])
+                time.sleep(SPIN_SETTLE_S)
+            paired.append(statistics.median(second) / statistics.median(first))
+        per_round[0].append(statistics.median(first))
+        per_round[1].append(statistics.median(second))
+    med = [statistics.median(v) for v in per_round]
+    spread = [100 * (_percentile(v, 75) - _percentile(v, 25)) / m for v, m in zip(per_round, med)]
+    return med, spread, paired
+
+
+def _control_model(shape: tuple[int, ...]) -> bytes:
+    """One Relu (float32): a node the EP does not take."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["Y"])],
+        "control",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, list(shape))],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString()
+
+
+def control_table(threads: list[int], rounds: int = ROUNDS) -> str:
+    """ORT's cost per run of a plugin EP in the session: a Relu the EP does not take, without and with the EP."""
+    shape = (1, 8, 4, 4)
+    model = _control_model(shape)
+    x = np.random.default_rng(1).random(shape, dtype=np.float32)
+    lines = [
+        "| model | threads | stock ms | with the EP ms | spread % stock/with the EP | with the EP / stock | "
+        "difference us |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in threads:
+        fns = [bound_runner(_session(route, model, t), x)[0] for route in ("stock", "ep")]
+        med, spread, paired = _time_pair(fns, t, rounds)
+        ratio = statistics.median(paired)
+        lines.append(
+            f"| Relu f32 {'x'.join(map(str, shape))} (not taken by the EP) | {t} | {med[0] * 1e3:.4f} | "
+            f"{med[1] * 1e3:.4f} | {spread[0]:.0f}/{spread[1]:.0f} | {ratio:.3f} "
+            f"({_percentile(paired, 25):.3f}-{_percentile(paired, 75):.3f}) | {(ratio - 1) * med[0] * 1e6:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def routes_table(
@@ -108,29 +170,12 @@ def routes_table(
                 ran &= _kernel_runs(case.op, runs[route]) == 1
             ok_all &= ran
             same = bool(np.array_equal(outputs["custom-op"], outputs["ep"], equal_nan=True))
-            per_round: dict[str, list[float]] = {r: [] for r in ROUTES}
-            paired: list[float] = []  # ep / custom-op of samples taken one after the other
-            fns = [runs[route] for route in ROUTES]
-            for r in range(rounds):
-                if t == 1:
-                    (custom, ep), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2, start=r)
-                    paired += [e / c for e, c in zip(ep, custom)]
-                else:  # a turn each, with a pause after it: a session's idle pool threads spin for a while and
-                    # would take a core from the other session's next sample
-                    custom, ep = [], []
-                    for k in (r % 2, 1 - r % 2):
-                        (custom, ep)[k].extend(time_runs(fns[k], TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)[0])
-                        time.sleep(SPIN_SETTLE_S)
-                    paired.append(statistics.median(ep) / statistics.median(custom))
-                per_round["custom-op"].append(statistics.median(custom))
-                per_round["ep"].append(statistics.median(ep))
-            med = {k: statistics.median(v) for k, v in per_round.items()}
-            spread = {k: 100 * (_percentile(v, 75) - _percentile(v, 25)) / med[k] for k, v in per_round.items()}
+            (custom_s, ep_s), (custom_spread, ep_spread), paired = _time_pair([runs[r] for r in ROUTES], t, rounds)
             ratio = statistics.median(paired)
             ratios.append(ratio)
             lines.append(
-                f"| {case.name(shape)} | {t} | {med['custom-op'] * 1e3:.4f} | {med['ep'] * 1e3:.4f} | "
-                f"{spread['custom-op']:.0f}/{spread['ep']:.0f} | {ratio:.3f} "
+                f"| {case.name(shape)} | {t} | {custom_s * 1e3:.4f} | {ep_s * 1e3:.4f} | "
+                f"{custom_spread:.0f}/{ep_spread:.0f} | {ratio:.3f} "
                 f"({_percentile(paired, 25):.3f}-{_percentile(paired, 75):.3f}) | {'yes' if same else 'NO'} | "
                 f"{'yes' if ran else 'NO'} |"
             )
@@ -141,6 +186,13 @@ def routes_table(
             f"- ep / custom-op: geomean {np.exp(np.mean(np.log(ratios))):.3f}, best {min(ratios):.3f}, "
             f"worst {max(ratios):.3f} over {len(ratios)} case x thread runs (below 1: the EP is faster)"
         )
+    lines += [
+        "",
+        "Control: ORT's own cost per run of a plugin EP in the session (a node the EP does not take, without and "
+        "with the EP):",
+        "",
+        control_table(threads, 2 if small else rounds),
+    ]
     return "\n".join(lines) + "\n", ok_all
 
 
