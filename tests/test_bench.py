@@ -159,11 +159,23 @@ def test_small_planes_sweep(tmp_path):
         assert f"- {isa}, 1 thread(s): " in out and f"of {len(names)} cases slower than stock" in out
 
 
+def test_whole_models_on_each_kernel_set(tmp_path):
+    """--whole-models --isa: a row per model and kernel set, each set in its own process, the library's kernels
+    run on each."""
+    code, out, err = bench(tmp_path, "--whole-models", "--threads", "1", "--isa", "portable,avx2", "--models", "lpnet")
+    assert code == 0, err
+    columns, rows = tables(out)[0]
+    assert kernel_ran_everywhere(columns, rows, "lib kernel ran")
+    isas = [row[columns.index("ISA")] for row in rows]
+    assert "portable" in isas and set(isas) <= {"portable", "avx2"} and len(isas) == len(set(isas))
+    assert all(row[0] == "lpnet_lppool_f32.onnx" for row in rows)
+
+
 @pytest.mark.parametrize(
     "mode, columns, kernel_column",
     [
         ("--denormals", ["case", "type", "threads", "lib normal ms", "lib subnormal ms", "lib tiny ms"], None),
-        ("--whole-models", ["model", "batch", "threads", "stock ms", "lib ms"], "lib kernel ran"),
+        ("--whole-models", ["model", "batch", "threads", "ISA", "stock ms", "lib ms"], "lib kernel ran"),
         ("--qlinear-times", ["configuration", "threads", "lib min ms", "lib median ms"], "kernel ran"),
         ("--in-cache", ["case", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
     ],

@@ -223,7 +223,9 @@ def _whole_models(run: _Run) -> None:
     batches = [1] if a.small else [int(b) for b in a.batch.split(",")]
     rounds = 2 if a.small else (8 if a.quick else a.rounds)
     substrings = a.models.split(",") if a.models else None
-    md, ok = whole_models_table(run.threads, batches, rounds, substrings, a.all_models, a.profile, _engines(a.engines))
+    md, ok = whole_models_table(
+        run.threads, batches, rounds, substrings, a.all_models, a.profile, _engines(a.engines), run.requested
+    )
     run.section("whole_models", md, ok)
 
 

@@ -11,7 +11,8 @@ fixed-shape demo models. The batch is chosen at run time (--batch). Each model i
   * plain:    so.register_custom_ops_library(onnx_pools.get_library_path()) alone (no model-based choice),
   * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere),
   * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
---engines picks some of them (stock first); the table's columns follow the sessions run.
+--engines picks some of them (stock first); the table's columns follow the sessions run. Every kernel set of --isa
+this CPU runs is a row of its own (a child process with ONNX_POOLS_ISA forced for each but this process's).
 Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
 pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
 turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
@@ -28,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -37,10 +40,17 @@ from typing import Any, Callable
 import numpy as np
 
 import onnx_pools
+from onnx_pools.bench.engines import python_path_env
 from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 from onnx_pools.model_tools import default_models_dir
 
-__all__ = ["ENGINES", "available_engines", "pools_reach_library_only_through_ep", "whole_models_table"]
+__all__ = [
+    "ENGINES",
+    "available_engines",
+    "measure_whole_models",
+    "pools_reach_library_only_through_ep",
+    "whole_models_table",
+]
 
 ENGINES: tuple[str, ...] = ("stock", "lib", "plain", "lib-all")
 NP_TYPES: dict[str, Any] = {
@@ -240,37 +250,34 @@ def _percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
 
-def whole_models_table(
+def measure_whole_models(
     thread_counts: list[int],
     batches: list[int],
     rounds: int,
     substrings: list[str] | None,
     include_all: bool,
     profile: bool,
-    engines: Sequence[str] | None = None,
-) -> tuple[str, bool]:
-    """(markdown, the library's kernels ran for every model with the library everywhere: _library_kernels_ran).
-    engines: the sessions to time, "stock" first (default: available_engines())."""
+    engines: Sequence[str],
+) -> dict[str, Any]:
+    """The measurements of this process's kernel set (JSON-ready): {"isa", "rows", "layouts", "profiles",
+    "needs_ep", "ok"}; a row is {"name", "batch", "threads"} with "error", or with "ms", "spread", "ratio", "iqr",
+    "served" per engine and "ran" (_library_kernels_ran)."""
     import onnx
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)  # the warning about saving an NCHWc-optimised graph is expected here
     rng = np.random.default_rng(0)
-    engines = tuple(engines) if engines else available_engines()
-    columns = ["model", "batch", "threads", *(f"{e} ms" for e in engines), "spread % " + "/".join(engines)]
-    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib kernel ran"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
-    ratios_served: dict[str, list[float]] = {e: [] for e in engines[1:]}  # where the session ran a library kernel
+    rows: list[dict[str, Any]] = []
     layouts_seen: dict[str, dict[str, str]] = {}
-    profiles = []
-    ok_all = True
+    profiles: list[Any] = []
     needs_ep: list[str] = []
+    ok_all = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, symbolic in model_files(include_all, substrings):
             batch_sizes: list[int | None] = list(batches) if symbolic else [None]
             for batch in batch_sizes:
                 for t in thread_counts:
+                    row: dict[str, Any] = {"name": name, "batch": batch, "threads": t}
                     sessions, layouts = {}, {}
                     try:
                         for e in engines:
@@ -279,7 +286,7 @@ def whole_models_table(
                             sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
                             layouts[e] = layout_nodes(path) if path else "-"
                     except Exception as exc:  # e.g. a model stock ORT cannot run
-                        lines.append(f"| {name} | {batch or '-'} | {t} | {str(exc).splitlines()[0][:80]} |")
+                        rows.append({**row, "error": str(exc).splitlines()[0][:80]})
                         break
                     layouts_seen[name] = layouts
                     feeds = _feeds(sessions["stock"], batch, rng)
@@ -297,44 +304,117 @@ def whole_models_table(
                     ok_all &= ran
                     served = {e: _library_calls(sessions[e], feeds) > 0 for e in engines}
                     rs = time_sessions(sessions, feeds, rounds)
-                    med = {e: statistics.median(v) * 1e3 for e, v in rs.items()}
-                    spread = {
-                        e: 100 * (_percentile(v, 75) - _percentile(v, 25)) / statistics.median(v) for e, v in rs.items()
-                    }
-                    cells = []
-                    for e in engines[1:]:
+                    row.update(ran=ran, served=served, ms={}, spread={}, ratio={}, iqr={})
+                    for e, v in rs.items():
+                        row["ms"][e] = statistics.median(v) * 1e3
+                        row["spread"][e] = 100 * (_percentile(v, 75) - _percentile(v, 25)) / statistics.median(v)
                         # the sessions of a round ran one after the other: the median of the rounds' ratios
-                        paired = [s / x for s, x in zip(rs["stock"], rs[e])]
-                        ratios[e].append(statistics.median(paired))
-                        if served[e]:
-                            ratios_served[e].append(ratios[e][-1])
-                        cells.append(
-                            f"{ratios[e][-1]:.2f} ({_percentile(paired, 25):.2f}-{_percentile(paired, 75):.2f})"
-                            + ("" if served[e] else "°")
-                        )
-                    lines.append(
-                        f"| {name} | {batch or '-'} | {t} | "
-                        + " | ".join(f"{med[e]:.2f}" for e in engines)
-                        + " | "
-                        + "/".join(f"{spread[e]:.0f}" for e in engines)
-                        + " | "
-                        + " | ".join(cells)
-                        + f" | {'yes' if ran else 'NO'} |"
-                    )
+                        paired = [s / x for s, x in zip(rs["stock"], v)]
+                        row["ratio"][e] = statistics.median(paired)
+                        row["iqr"][e] = [_percentile(paired, 25), _percentile(paired, 75)]
+                    rows.append(row)
                     if profile:
                         profiles.append((name, batch, t, {e: _profile(model, e, t, feeds, tmp) for e in engines}))
                     del sessions
+    return {
+        "isa": onnx_pools.active_isa(),
+        "rows": rows,
+        "layouts": layouts_seen,
+        "profiles": profiles,
+        "needs_ep": needs_ep,
+        "ok": ok_all,
+    }
+
+
+def _measure_in_child(isa: str, arguments: list[Any]) -> dict[str, Any] | None:
+    """measure_whole_models in a process whose kernel set is forced to `isa` (None: this CPU does not run it)."""
+    env = python_path_env(dict(os.environ, ONNX_POOLS_ISA=isa))
+    r = subprocess.run(
+        [sys.executable, "-m", "onnx_pools.bench.whole_models", json.dumps(arguments)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"--whole-models on {isa}:\n{r.stderr[-2000:]}")
+    measured: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return measured if measured["isa"] == isa else None
+
+
+def whole_models_table(
+    thread_counts: list[int],
+    batches: list[int],
+    rounds: int,
+    substrings: list[str] | None,
+    include_all: bool,
+    profile: bool,
+    engines: Sequence[str] | None = None,
+    isas: Sequence[str] | None = None,
+) -> tuple[str, bool]:
+    """(markdown, the library's kernels ran for every model with the library everywhere: _library_kernels_ran).
+    engines: the sessions to time, "stock" first (default: available_engines()); isas: the kernel sets to run the
+    models on (default: this process's), each other than this process's in a child process with ONNX_POOLS_ISA
+    forced (the ones this CPU does not run are left out); ORT's profile (--profile) of this process's alone."""
+    engines = tuple(engines) if engines else available_engines()
+    own = onnx_pools.active_isa()
+    arguments = [thread_counts, batches, rounds, substrings, include_all, False, list(engines)]
+    measured = []
+    for isa in isas or [own]:
+        if isa == own:
+            measured.append(
+                measure_whole_models(thread_counts, batches, rounds, substrings, include_all, profile, engines)
+            )
+        elif (child := _measure_in_child(isa, arguments)) is not None:
+            measured.append(child)
+    return _render(measured, engines), all(m["ok"] for m in measured)
+
+
+def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
+    import onnxruntime as ort
+
+    columns = ["model", "batch", "threads", "ISA", *(f"{e} ms" for e in engines), "spread % " + "/".join(engines)]
+    columns += [*(f"{e} vs stock" for e in engines[1:]), "lib kernel ran"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
+    ratios_served: dict[str, list[float]] = {e: [] for e in engines[1:]}  # where the session ran a library kernel
+    rows = sorted(
+        ((m["isa"], k, row) for m in measured for k, row in enumerate(m["rows"])),
+        key=lambda item: (item[2]["name"], item[2]["batch"] or 0, item[2]["threads"], item[1]),
+    )
+    for isa, _, row in rows:
+        head = f"| {row['name']} | {row['batch'] or '-'} | {row['threads']} | {isa} | "
+        if "error" in row:
+            lines.append(head + f"{row['error']} |")
+            continue
+        cells = []
+        for e in engines[1:]:
+            ratios[e].append(row["ratio"][e])
+            if row["served"][e]:
+                ratios_served[e].append(row["ratio"][e])
+            low, high = row["iqr"][e]
+            cells.append(f"{row['ratio'][e]:.2f} ({low:.2f}-{high:.2f})" + ("" if row["served"][e] else "°"))
+        lines.append(
+            head
+            + " | ".join(f"{row['ms'][e]:.2f}" for e in engines)
+            + " | "
+            + "/".join(f"{row['spread'][e]:.0f}" for e in engines)
+            + " | "
+            + " | ".join(cells)
+            + f" | {'yes' if row['ran'] else 'NO'} |"
+        )
     lines.append("")
+    needs_ep = sorted({n for m in measured for n in m["needs_ep"]})
     if needs_ep:
         lines.append(
-            f"- not timed with onnxruntime {ort.__version__}: {', '.join(sorted(set(needs_ep)))} (QDQ models whose "
+            f"- not timed with onnxruntime {ort.__version__}: {', '.join(needs_ep)} (QDQ models whose "
             "pools run on the library only through the plugin EP, onnxruntime >= 1.24)"
         )
     for e, v in ratios.items():
         if v:
             lines.append(
                 f"- {e} vs stock: geomean {np.exp(np.mean(np.log(v))):.3f}, worst {min(v):.3f}, best {max(v):.3f} "
-                f"over {len(v)} model x batch x thread runs"
+                f"over {len(v)} model x batch x thread x ISA runs"
             )
             if ratios_served[e] and len(ratios_served[e]) < len(v):
                 w = ratios_served[e]
@@ -347,11 +427,16 @@ def whole_models_table(
             "- °: the session ran no library kernel in that model (ORT ran every node); where it also runs stock's "
             "optimised graph (the layout listing below), its ratio measures the machine"
         )
+    layouts_seen: dict[str, dict[str, str]] = {}
+    for m in measured:
+        for name, layouts in m["layouts"].items():
+            layouts_seen.setdefault(name, layouts)
     lines += ["", "Layout nodes of the optimised graphs (ORT_ENABLE_ALL):", ""]
     listed = [e for e in engines if e != "ep"]
     lines += ["| model | " + " | ".join(listed) + " |", "|" + "---|" * (len(listed) + 1)]
     for name, layouts in layouts_seen.items():
         lines.append(f"| {name} | " + " | ".join(layouts[e] for e in listed) + " |")
+    profiles = [p for m in measured for p in m["profiles"]]
     if profiles:
         lines += ["", "ORT profile, ms per run by op type (10 runs; ops above 2% of stock or differing by > 0.05 ms):"]
         for name, batch, t, prof in profiles:
@@ -363,4 +448,8 @@ def whole_models_table(
                 vals = [prof[e].get(op, 0.0) for e in engines]
                 if max(vals) > 0.02 * total["stock"] or max(vals) - min(vals) > 0.05:
                     lines.append(f"    {op:32s} " + "  ".join(f"{e} {v:7.2f}" for e, v in zip(engines, vals)))
-    return "\n".join(lines) + "\n", ok_all
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure_whole_models(*json.loads(sys.argv[1]))))
