@@ -288,8 +288,10 @@ auto unordered(V a, V b) {
 // `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
 // per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
 // chain three. The last vector of a channel overlaps the one before instead of a scalar tail (e.g. 7x7 channels).
-// Returns false if a NaN came by: the caller then finds the first one.
-template <int G, int K, class A>
+// Returns false if a NaN came by: the caller then finds the first one. Paired: each running maximum takes two of its
+// vectors per step, their maximum first (the earlier kept where equal), which is the value of taking them in turn
+// (a maximum keeping the first of equal values is associative) with half the chain of dependent selects per element.
+template <int G, int K, class A, bool Paired = false>
 bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   using S = Simd<A>;
   using V = typename S::Value;
@@ -300,6 +302,21 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
     for (auto& v : channel) v = S::splat(start);
   M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
+  if constexpr (Paired) {
+    for (; i + 2 * K * N <= n; i += 2 * K * N) {
+      V v[G * K], w[G * K];
+      for (int g = 0; g < G; ++g) {
+        for (int k = 0; k < K; ++k) {
+          const V first = S::load(a + g * stride + i + k * N);
+          const V second = S::load(a + g * stride + i + (K + k) * N);
+          const V both = second > first ? second : first;
+          m[g][k] = both > m[g][k] ? both : m[g][k];
+          v[g * K + k] = first, w[g * K + k] = second;
+        }
+      }
+      for (int j = 0; j < G * K; ++j) nan[j % K] |= unordered(v[j], w[j]);
+    }
+  }
   for (; i + K * N <= n; i += K * N) {
     V v[G * K];
     for (int g = 0; g < G; ++g) {
@@ -529,7 +546,10 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
   } else if constexpr (R == Reduction::Max) {
     A maxima[G];
     if constexpr (std::is_same_v<T, A>) {
-      if (max_streams<G, 2>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
+      // paired with 16-byte vectors, whose two running maxima otherwise bind the loop by their selects' latency (with
+      // 64-byte ones the paired loop measured slower)
+      constexpr bool kPaired = kVectorBytes == 16;
+      if (max_streams<G, 2, A, kPaired>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
         for (int g = 0; g < G; ++g) y[g] = maxima[g], done[g] = true;
       }
     }
@@ -549,6 +569,15 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
       }
     });
   }
+}
+
+// The sums of `count` channels of 2 kLanes <= n <= kBlock float or double elements each (channel j at a + j * n),
+// with the bits mapped_sum_block gives each, in one loop with everything inlined: mapped_sum_streams, called from many
+// places, is otherwise a call per channel, and its loads, fold and tail then cost a short channel more than its sum.
+template <class T>
+[[gnu::flatten]] void channel_sums(const T* a, int64_t count, int64_t n, double* sums) {
+  AccLoader<T> load;
+  for (int64_t j = 0; j < count; ++j) mapped_sum_streams<1>(a + j * n, 0, n, Identity{}, &load, sums + j);
 }
 
 template <class T, Reduction R>
@@ -675,7 +704,6 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
   if constexpr (std::is_same_v<T, A>) {
     // Short channels (one block each, below the streamed length), in one loop with nothing per channel but
     // one_channel's own arithmetic for them; a channel whose sum is not finite or not trusted goes to one_channel.
-    // (Means of channels from 2 kLanes elements on measured slower this way on avx2 and SSE2 than in one_channel.)
     const bool short_channels = size * static_cast<int64_t>(sizeof(T)) < kStreamMinBytes;
     static_assert(kStreamMinBytes / sizeof(T) <= kBlock, "a short channel is one block");
     if (R == Reduction::Average && size == 1) {
@@ -704,6 +732,26 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         total += short_sum(x + c * size, size, Identity{});
         if (std::isfinite(total)) y[c] = from_acc<T>(total / static_cast<double>(size));
         else one_channel(c);
+      }
+      return;
+    }
+    if (R == Reduction::Average && short_channels) {
+      // from 2 kLanes elements on: channel_sums' totals of a group of channels, then their means; a total that is
+      // not finite goes to one_channel
+      constexpr int64_t kGroup = 64;
+      for (int64_t c0 = 0; c0 < channels; c0 += kGroup) {
+        const int64_t count = min_of(kGroup, channels - c0);
+        double totals[kGroup];
+        channel_sums(x + c0 * size, count, size, totals);
+        bool finite = true;
+        for (int64_t j = 0; j < count; ++j) {
+          finite &= std::isfinite(totals[j]);
+          y[c0 + j] = from_acc<T>(totals[j] / static_cast<double>(size));
+        }
+        if (!finite) {
+          for (int64_t j = 0; j < count; ++j)
+            if (!std::isfinite(totals[j])) one_channel(c0 + j);
+        }
       }
       return;
     }
@@ -766,6 +814,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           else one_channel(c);
         }
       });
+      return;
+    }
+  }
+  if constexpr (R == Reduction::Max && sizeof(T) == 2) {
+    if (size == 1) {  // 1x1 planes: each channel's element, a NaN converted as max_halves returns it
+      constexpr uint16_t kInfinityBits = std::is_same_v<T, Float16> ? 0x7c00 : 0x7f80;
+      const uint16_t* bits = reinterpret_cast<const uint16_t*>(x);
+      bool nan = false;
+      for (int64_t j = 0; j < channels; ++j) nan |= (bits[j] & 0x7fff) > kInfinityBits;
+      std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
+      if (nan) {
+        for (int64_t j = 0; j < channels; ++j)
+          if ((bits[j] & 0x7fff) > kInfinityBits) y[j] = max_halves(x + j, 1);
+      }
       return;
     }
   }
