@@ -47,13 +47,21 @@ constexpr int64_t kShortMaxGroupBytes = 512;
 // is added, and one channel's chains of partial sums bind the loop before the reads do. Their groups: 4 x 128 bytes
 // of partial sums fit AVX-512's registers; on AVX2 3 channels, where 4 channels' 4 vectors of partial sums would take
 // all 16 registers and a spilled sum costs a store and a reload per step. SSE2, converting 16-bit floats in
-// software, is bound by its own work: its two streams of sums spill too, and still beat one.
+// software, is bound by its own work: its two streams of sums spill too, and still beat one - except float16 means,
+// summed without a conversion in ScaledHalves' scaled domain (StreamLoader), one channel's sums in registers.
 template <class T, Reduction R>
-constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max ? 1
-                               : kVectorBytes < 32                                ? 2
-                               : R != Reduction::Lp                               ? 1
-                               : kVectorBytes == 64                               ? 4
-                                                                                  : 3;
+constexpr bool kScaledHalvesStream =
+#if defined(__SSE2__) && !defined(__F16C__)
+    std::is_same_v<T, Float16> && R == Reduction::Average;
+#else
+    false;
+#endif
+template <class T, Reduction R>
+constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max || kScaledHalvesStream<T, R> ? 1
+                               : kVectorBytes < 32                                                             ? 2
+                               : R != Reduction::Lp                                                            ? 1
+                               : kVectorBytes == 64                                                            ? 4
+                                                                                                               : 3;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -489,10 +497,22 @@ T max_halves(const T* x, int64_t n) {
 }
 
 // The loader of streamed_channels' sums: float and double means in 32-byte loads on AVX-512 (see NarrowLoader; power
-// sums, with more work per element, read as fast in 64-byte ones).
+// sums, with more work per element, read as fast in 64-byte ones); float16 means without F16C in ScaledHalves'
+// scaled domain (no multiply per vector, and one channel's partial sums and conversions fit SSE2's registers).
+#if defined(__SSE2__) && !defined(__F16C__)
+template <class T, Reduction R>
+using StreamLoader = std::conditional_t<kScaledHalvesStream<T, R>, ScaledHalvesLoader, AccLoader<T>>;
+#else
 template <class T, Reduction R>
 using StreamLoader = std::conditional_t<std::is_same_v<T, AccOf<T>> && R == Reduction::Average && kVectorBytes == 64,
                                         NarrowLoader<T, 32>, AccLoader<T>>;
+#endif
+
+// What a loader's sums are multiplied by to give the sums of the values (ScaledHalvesLoader's scale, else 1).
+template <class Loader, class = void>
+constexpr double kLoaderScale = 1;
+template <class Loader>
+constexpr double kLoaderScale<Loader, std::void_t<decltype(Loader::kScale)>> = Loader::kScale;
 
 // The sums of G = kStreamedGroup<T, R> long channels side by side, each with the bits the one-channel path
 // gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
@@ -510,6 +530,7 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
       double sums[G];
       if (n >= 2 * kLanes<A>) {
         mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
+        for (int g = 0; g < G; ++g) sums[g] *= kLoaderScale<StreamLoader<T, R>>;
       } else {
         for (int g = 0; g < G; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
       }
