@@ -7,28 +7,41 @@ maximum. 16-bit floats stream several channels side by side. The lengths below p
 sides of each boundary (a whole block, one element more or less, a tail shorter than a vector), and the channels
 whose sums leave the fast paths (NaN, infinity, float lanes overflowing, subnormal values) lie among plain ones.
 Each case is checked against the float64 references of tests/reference.py, with the library's kernel proven to
-run, on every ISA this CPU runs.
+run, on every ISA this CPU runs. Without F16C (the portable path) float16 means are summed as converted in a scaled
+domain that needs subnormals kept: with ORT's denormals-as-zero option they must take the block conversion instead.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 import onnx_pools
 import reference as R
-from helpers import assert_close_with_subnormals, cpu_isas, rerun_on_isa, run_op
+from helpers import (
+    TESTS_DIR,
+    assert_close_with_subnormals,
+    counts_one_run,
+    cpu_isas,
+    pool_model,
+    rerun_on_isa,
+    run_op,
+    subprocess_env,
+)
 
-__all__ = ["cases", "check_all"]
+__all__ = ["cases", "check_all", "check_flushed_subnormals"]
 
 # elements per channel: 2048 bytes of the type and up, around 1024-element blocks and 32-lane (float) steps
 LENGTHS = {
     "float32": [512, 513, 1000, 1023, 1024, 1025, 1056, 1057, 2047, 2080, 3136, 4113],
     "float64": [256, 257, 1000, 1024, 1025, 1041, 3136],
-    "float16": [1024, 1025, 1057, 3136, 4113],
-    "bfloat16": [1024, 1025, 1057, 3136, 4113],
+    "float16": [1022, 1024, 1025, 1057, 1148, 3136, 4113],
+    "bfloat16": [1022, 1024, 1025, 1057, 1148, 3136, 4113],
 }
 OPS: list[tuple[str, int, dict[str, Any]]] = [
     ("GlobalAveragePool", 22, {}),
@@ -89,3 +102,34 @@ def test_long_channels() -> None:
 def test_long_channels_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_long_channels") == str(len(cases()))
+
+
+def check_flushed_subnormals() -> str:
+    """float16 means of long channels of subnormal and normal values with ORT's denormals-as-zero option (it sets the
+    floating-point control of the thread creating the session, which runs the kernel at one thread). Changes this
+    thread's floating-point control for good: run it in a process of its own. Returns whether the flag was seen set."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.0, (1, 6, 3136)) * 4e-5
+    x[0, 3:] *= 1e4  # normal values in the last channels
+    x = R.to_dtype(x, "float16")
+    model = pool_model("GlobalAveragePool", 22, "float16", list(x.shape))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(so, model=model))
+    flushed = bool(np.float32(1e-39) * np.float32(1.0) == 0)  # numpy's float math runs under the same control
+    with counts_one_run("GlobalAveragePool"):
+        (y,) = sess.run(None, {"X": x})
+    assert_close_with_subnormals(y, R.global_pool("GlobalAveragePool", x), "float16", x, what="flushed, long")
+    return f"flushed={flushed}"
+
+
+@pytest.mark.parametrize("isa", cpu_isas())
+def test_float16_means_with_subnormals_flushed(isa: str) -> None:
+    script = "import test_long_channels as m\nprint('RESULT', m.check_flushed_subnormals())\n"
+    r = subprocess.run(
+        [sys.executable, "-c", script], cwd=TESTS_DIR, env=subprocess_env(isa), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    assert "RESULT flushed=True" in r.stdout, r.stdout[-3000:]

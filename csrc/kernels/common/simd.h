@@ -464,6 +464,21 @@ struct ScaledHalves : HalvesLoad {
     return (_mm_getcsr() & (kFlushToZero | kDenormalsAreZero)) == 0;
   }
 };
+// AccLoader<Float16>'s interface over ScaledHalves, for sums of long channels (mapped_sum_streams): the same lanes,
+// in the scaled domain, so a sum times kScale is the sum of the converted values, bits included; exact() is false
+// where that does not hold (an infinity or NaN came by, or subnormals are flushed).
+struct ScaledHalvesLoader {
+  using S = Simd<float>;
+  static_assert(S::kLength == 4, "ScaledHalves converts into 4-lane vectors");
+  static constexpr int kVectors = kLanes<float> / S::kLength;
+  static constexpr double kScale = ScaledHalves::kScale;
+  ScaledHalves halves;
+  void load(const Float16* p, S::Value* v) {
+    for (int k = 0; k < kVectors; k += 2) halves.convert(ScaledHalves::load(p + k * S::kLength), v[k], v[k + 1]);
+  }
+  void load_tail(const Float16* p, int64_t r, S::Value* v) { load_padded(*this, p, r, v); }
+  bool exact() const { return halves.finite() && ScaledHalves::kept_subnormals(); }
+};
 #elif defined(__F16C__) && !defined(__AVX512F__)
 // ScaledHalves' interface over the conversion instruction (no scale; it converts every value exactly). Not with
 // AVX-512, whose float path sums converted copies in 16-lane vectors, faster than ScaledHalves' users' 4 lanes.

@@ -47,13 +47,21 @@ constexpr int64_t kShortMaxGroupBytes = 512;
 // is added, and one channel's chains of partial sums bind the loop before the reads do. Their groups: 4 x 128 bytes
 // of partial sums fit AVX-512's registers; on AVX2 3 channels, where 4 channels' 4 vectors of partial sums would take
 // all 16 registers and a spilled sum costs a store and a reload per step. SSE2, converting 16-bit floats in
-// software, is bound by its own work: its two streams of sums spill too, and still beat one.
+// software, is bound by its own work: its two streams of sums spill too, and still beat one - except float16 means,
+// summed without a conversion in ScaledHalves' scaled domain (StreamLoader), one channel's sums in registers.
 template <class T, Reduction R>
-constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max ? 1
-                               : kVectorBytes < 32                                ? 2
-                               : R != Reduction::Lp                               ? 1
-                               : kVectorBytes == 64                               ? 4
-                                                                                  : 3;
+constexpr bool kScaledHalvesStream =
+#if defined(__SSE2__) && !defined(__F16C__)
+    std::is_same_v<T, Float16> && R == Reduction::Average;
+#else
+    false;
+#endif
+template <class T, Reduction R>
+constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max || kScaledHalvesStream<T, R> ? 1
+                               : kVectorBytes < 32                                                             ? 2
+                               : R != Reduction::Lp                                                            ? 1
+                               : kVectorBytes == 64                                                            ? 4
+                                                                                                               : 3;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -66,11 +74,15 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
   constexpr int L = kLanes<A>;
   constexpr int K = L / S::kLength;  // vectors of partial sums per channel
   typename S::Value acc[G][K] = {};
+  // the loaders' state (a float16 loader's range checks) in locals: in the caller's memory every store to it would
+  // have to precede the next load of the input, which it could alias
+  Loader local[G];
+  for (int g = 0; g < G; ++g) local[g] = loads[g];
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     for (int g = 0; g < G; ++g) {
       typename S::Value v[K];
-      loads[g].load(a + g * stride + i, v);
+      local[g].load(a + g * stride + i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
   }
@@ -78,10 +90,11 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
     if (i < n) {  // the tail, spread over the lanes from lane 0; the lanes past it add map(0) = +0, which leaves
                   // them as they are (a lane's sum starts at +0, so it is never -0)
       typename S::Value v[K];
-      loads[g].load_tail(a + g * stride + i, n - i, v);
+      local[g].load_tail(a + g * stride + i, n - i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
     }
     sums[g] = fold_vectors<A, K, sizeof(typename S::Value)>(acc[g]);
+    loads[g] = local[g];
   }
 }
 
@@ -264,6 +277,44 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
   const float length = static_cast<float>(n);
   for (int64_t j = 0; j < count; ++j) means[j] = (0.0f + sums[j] * ScaledHalves::kScale) / length;
   return true;
+}
+#endif
+
+#if defined(__SSE2__) && !defined(__F16C__)
+// mapped_sum_streams<1> over float16 with ScaledHalvesLoader (n >= 2 kLanes): the same 32 lanes, additions and
+// fold, the lanes in two passes over the block, 0..15 and then 16..31 (the second reads what the first brought into
+// L1), so each pass's 4 vectors of partial sums stay in registers beside the conversions (all 8 at once spilled).
+inline double scaled_half_stream_sum(const Float16* a, int64_t n, ScaledHalvesLoader& loader) {
+  using V = ScaledHalvesLoader::S::Value;
+  static_assert(kLanes<float> == 32, "two passes of 16 lanes");
+  ScaledHalves halves = loader.halves;  // a local: stores to the caller's copy would wait on the input's loads
+  const int64_t whole = n - n % 32;
+  Float16 tail[32] = {};  // mapped_sum_streams' zero-padded tail
+  std::memcpy(tail, a + whole, static_cast<size_t>(n - whole) * sizeof(Float16));
+  V acc[8];
+  for (int pass = 0; pass < 2; ++pass) {
+    V s0 = {}, s1 = {}, s2 = {}, s3 = {}, l, h;
+    const Float16* p = a + 16 * pass;
+    for (int64_t i = 0; i < whole; i += 32) {
+      halves.convert(ScaledHalves::load(p + i), l, h);
+      s0 += l;
+      s1 += h;
+      halves.convert(ScaledHalves::load(p + i + 8), l, h);
+      s2 += l;
+      s3 += h;
+    }
+    if (whole < n) {
+      halves.convert(ScaledHalves::load(tail + 16 * pass), l, h);
+      s0 += l;
+      s1 += h;
+      halves.convert(ScaledHalves::load(tail + 16 * pass + 8), l, h);
+      s2 += l;
+      s3 += h;
+    }
+    acc[4 * pass] = s0, acc[4 * pass + 1] = s1, acc[4 * pass + 2] = s2, acc[4 * pass + 3] = s3;
+  }
+  loader.halves = halves;
+  return fold_vectors<float, 8, 16>(acc);
 }
 #endif
 
@@ -506,10 +557,22 @@ T max_halves(const T* x, int64_t n) {
 }
 
 // The loader of streamed_channels' sums: float and double means in 32-byte loads on AVX-512 (see NarrowLoader; power
-// sums, with more work per element, read as fast in 64-byte ones).
+// sums, with more work per element, read as fast in 64-byte ones); float16 means without F16C in ScaledHalves'
+// scaled domain (no multiply per vector, and one channel's partial sums and conversions fit SSE2's registers).
+#if defined(__SSE2__) && !defined(__F16C__)
+template <class T, Reduction R>
+using StreamLoader = std::conditional_t<kScaledHalvesStream<T, R>, ScaledHalvesLoader, AccLoader<T>>;
+#else
 template <class T, Reduction R>
 using StreamLoader = std::conditional_t<std::is_same_v<T, AccOf<T>> && R == Reduction::Average && kVectorBytes == 64,
                                         NarrowLoader<T, 32>, AccLoader<T>>;
+#endif
+
+// What a loader's sums are multiplied by to give the sums of the values (ScaledHalvesLoader's scale, else 1).
+template <class Loader, class = void>
+constexpr double kLoaderScale = 1;
+template <class Loader>
+constexpr double kLoaderScale<Loader, std::void_t<decltype(Loader::kScale)>> = Loader::kScale;
 
 // The sums of G = kStreamedGroup<T, R> long channels side by side, each with the bits the one-channel path
 // gives it; done[g] is false for a channel left to that path (a float lane overflow, a NaN, an Lp sum outside the range
@@ -526,7 +589,12 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
       StreamLoader<T, R> loads[G];
       double sums[G];
       if (n >= 2 * kLanes<A>) {
-        mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
+#if defined(__SSE2__) && !defined(__F16C__)
+        if constexpr (kScaledHalvesStream<T, R>) sums[0] = scaled_half_stream_sum(x + off, n, loads[0]);
+        else
+#endif
+          mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
+        for (int g = 0; g < G; ++g) sums[g] *= kLoaderScale<StreamLoader<T, R>>;
       } else {
         for (int g = 0; g < G; ++g) sums[g] = mapped_sum_block(x + g * size + off, n, map, loads[g]);
       }
