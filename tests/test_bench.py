@@ -177,7 +177,7 @@ def test_whole_models_on_each_kernel_set(tmp_path):
         ("--denormals", ["case", "type", "threads", "lib normal ms", "lib subnormal ms", "lib tiny ms"], None),
         ("--whole-models", ["model", "batch", "threads", "ISA", "stock ms", "lib ms"], "lib kernel ran"),
         ("--qlinear-times", ["configuration", "threads", "lib min ms", "lib median ms"], "kernel ran"),
-        ("--in-cache", ["case", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
+        ("--in-cache", ["case", "ISA", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
     ],
 )
 def test_in_process_modes(tmp_path, mode, columns, kernel_column):

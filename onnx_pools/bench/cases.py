@@ -8,6 +8,7 @@ from typing import Any, Callable
 import numpy as np
 
 from onnx_pools.bench.engines import torch_module
+from onnx_pools.ortvalues import bfloat16
 
 __all__ = [
     "Case",
@@ -47,7 +48,12 @@ def _torch_plain(make: Callable[[Any, Any], Any]) -> TorchCall:
 
     def call(case: Case, x: np.ndarray) -> Callable[[], Any]:
         torch = torch_module()
-        xt = torch.from_numpy(x)
+        # bfloat16 (ml_dtypes) has no numpy conversion in torch: its bits, viewed as torch's bfloat16
+        xt = (
+            torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16)
+            if x.dtype.name == "bfloat16"
+            else torch.from_numpy(x)
+        )
 
         def run() -> Any:
             with torch.inference_mode():
@@ -89,6 +95,10 @@ GMP = (_torch_plain(lambda torch, x: torch.amax(x, dim=(2, 3), keepdim=True)), "
 GLP2 = (
     _torch_plain(lambda torch, x: torch.linalg.vector_norm(x, 2, dim=(2, 3), keepdim=True)),
     "linalg.vector_norm(dim=(2,3))",
+)
+GLP1 = (
+    _torch_plain(lambda torch, x: torch.linalg.vector_norm(x, 1, dim=(2, 3), keepdim=True)),
+    "linalg.vector_norm(ord 1, dim=(2,3))",
 )
 LP3X3 = (_lp_pool_padded(2, 3, 1, 1), "avg_pool2d(x^2, pad 1)*9, sqrt (lp_pool2d's formula; it has no padding)")
 LP2X2 = (_torch_plain(lambda torch, x: torch.nn.functional.lp_pool2d(x, 3, 2, 2)), "lp_pool2d (input >= 0)")
@@ -148,6 +158,15 @@ def make_cases() -> list[Case]:
         ],
         _case("GlobalAveragePool f64", "GlobalAveragePool", "float64", (4, 256, 56, 56), torch_call=GAP),
         _case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 2048, 7, 7), torch_call=GMP),
+        # ResNet heads in the other float types (stock ORT has no double or bfloat16 kernel for these)
+        *[
+            _case(f"{label} {short}", op, dtype, (1, 2048, 7, 7), torch_call=call)
+            for label, op, call in (
+                ("GlobalAveragePool", "GlobalAveragePool", GAP),
+                ("GlobalMaxPool", "GlobalMaxPool", GMP),
+            )
+            for short, dtype in (("f16", "float16"), ("f64", "float64"), ("bf16", "bfloat16"))
+        ],
         _case("GlobalMaxPool f16", "GlobalMaxPool", "float16", (4, 256, 56, 56), torch_call=GMP),
         _case("GlobalMaxPool f64", "GlobalMaxPool", "float64", (4, 256, 56, 56), torch_call=GMP),
         _case("GlobalLpPool p=2 f16", "GlobalLpPool", "float16", (4, 256, 56, 56), {"p": 2}, GLP2),
@@ -248,7 +267,7 @@ def make_input(case: Case, shape: tuple[int, ...], rng: np.random.Generator) -> 
     x = rng.standard_normal(size=shape, dtype=np.float32)
     if case.nonneg:
         np.abs(x, out=x)
-    return x.astype(case.dtype, copy=False)
+    return x.astype(bfloat16() if case.dtype == "bfloat16" else case.dtype, copy=False)
 
 
 def small_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -248,7 +248,12 @@ def _qlinear_times(run: _Run) -> None:
 def _in_cache(run: _Run) -> None:
     from onnx_pools.bench.incache import in_cache_table
 
-    run.section("in_cache", *in_cache_table(run.threads, run.args.small))
+    workers = run.workers(baseline=False)
+    try:
+        md, ok = in_cache_table(run.threads, workers, run.args.small)
+    finally:
+        stop_all(workers)
+    run.section("in_cache", md, ok)
 
 
 def _small_planes(run: _Run) -> None:

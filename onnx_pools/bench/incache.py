@@ -1,21 +1,19 @@
 """--in-cache: the global pools on 4 MB inputs, which stay in the last-level cache between runs, so that the
-kernels' own speed shows rather than memory's: the library (in this process, IOBinding with pre-bound OrtValues,
-so that ORT's per-call cost is small) against PyTorch and OpenVINO where installed, for every global op and float
-type, at each thread count."""
+kernels' own speed shows rather than memory's: the library on each kernel set of --isa (each in its own worker
+process, IOBinding with pre-bound OrtValues, so that ORT's per-call cost is small) against PyTorch (bfloat16
+included) and OpenVINO where installed, for every global op (GlobalLpPool p=1 and p=2) and float type, at each
+thread count, in interleaved rounds."""
 
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Any, Callable
 
 import numpy as np
 
-import onnx_pools
-from onnx_pools.bench.cases import GAP, GLP2, GMP, Case, build_model
-from onnx_pools.bench.engines import bound_runner, openvino_module, openvino_runner, ort_session, torch_module
+from onnx_pools.bench.cases import GAP, GLP1, GLP2, GMP, Case, build_model
+from onnx_pools.bench.engines import openvino_module, openvino_runner, torch_module
 from onnx_pools.bench.reference import agrees, reference
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
 from onnx_pools.ortvalues import bfloat16
 
 __all__ = ["in_cache_cases", "in_cache_table"]
@@ -35,6 +33,7 @@ def in_cache_cases(small: bool) -> list[Case]:
     for op, label, attrs, torch_call in (
         ("GlobalAveragePool", "GlobalAveragePool", {}, GAP),
         ("GlobalMaxPool", "GlobalMaxPool", {}, GMP),
+        ("GlobalLpPool", "GlobalLpPool p=1", {"p": 1}, GLP1),
         ("GlobalLpPool", "GlobalLpPool p=2", {"p": 2}, GLP2),
     ):
         for dtype in FLOAT_TYPES:
@@ -51,26 +50,30 @@ def _input(case: Case, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(x.astype(bfloat16() if case.dtype == "bfloat16" else np.dtype(case.dtype)))
 
 
-def in_cache_table(thread_counts: list[int], small: bool) -> tuple[str, bool]:
-    """(markdown, the library's kernel ran on every run of it)."""
+def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bool) -> tuple[str, bool]:
+    """(markdown: a row per case, kernel set and thread count; the library's kernel ran on every run of it on
+    every kernel set)."""
     rng = np.random.default_rng(0)
     torch = torch_module()
-    columns = ["case", "threads", "lib ms", "torch ms", "openvino ms", "speed-up vs torch", "speed-up vs openvino"]
-    columns += ["lib GB/s", "lib kernel ran"]
+    columns = ["case", "ISA", "threads", "lib ms", "torch ms", "openvino ms", "speed-up vs torch"]
+    columns += ["speed-up vs openvino", "lib GB/s", "lib kernel ran"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     rounds = 2 if small else ROUNDS
     ok_all = True
+    slower: list[str] = []
     for case in in_cache_cases(small):
         x = _input(case, rng)
         model = build_model(case, case.shape)
         ref = reference(case, x)
+        for w in workers:
+            w.call("setup", model, x, thread_counts)
+        runners: list[tuple[str, int, Runner]] = []
+        notes: dict[str, str] = {}
         for t in thread_counts:
-            engines: dict[str, Callable[[], Any]] = {}
-            notes: dict[str, str] = {}
-            engines["lib"], _ = bound_runner(ort_session(model, True, t), x)
-            if torch is not None and case.torch_call is not None and case.dtype != "bfloat16":
-                engines["torch"] = case.torch_call(case, x)
-            if openvino_module() is not None:
+            runners += [(engine_of(w), t, w) for w in workers]
+            if torch is not None and case.torch_call is not None:
+                runners.append(("torch", t, case.torch_call(case, x)))
+            if openvino_module() is not None and notes.get("openvino") is None:
                 try:
                     run, y = openvino_runner(model, x, t)
                 except Exception:
@@ -78,36 +81,35 @@ def in_cache_table(thread_counts: list[int], small: bool) -> tuple[str, bool]:
                 else:
                     if ref is not None and not agrees(case, y, ref):
                         notes["openvino"] = "wrong result"
-                    engines["openvino"] = run
-            samples: dict[str, list[float]] = {e: [] for e in engines}
-            before = onnx_pools.call_counts()[case.op]
-            lib_calls = 0
-            old = torch.get_num_threads() if torch is not None else None
-            try:
-                for _ in range(rounds):
-                    for e, fn in engines.items():
-                        if e == "torch":
-                            torch.set_num_threads(t)
-                        ts, calls = time_runs(fn, TARGET_S, 3, sample_s=SAMPLE_S)
-                        samples[e] += ts
-                        lib_calls += calls if e == "lib" else 0
-                        if t > 1:
-                            time.sleep(SPIN_SETTLE_S)
-            finally:
-                if torch is not None:
-                    torch.set_num_threads(old)
-            ran = onnx_pools.call_counts()[case.op] - before == lib_calls
-            ok_all &= ran
-            ms = {e: statistics.median(v) * 1e3 for e, v in samples.items()}
+                    runners.append(("openvino", t, run))
+        samples, kernel_ok = time_interleaved(runners, case.op, rounds, TARGET_S, 3, SAMPLE_S, workers)
+        ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
+        for w in workers:
+            isa = engine_of(w)
+            ok_all &= kernel_ok[isa]
+            for t in thread_counts:
+                lib = ms[(isa, t)]
 
-            def cell(e: str) -> str:
-                return notes.get(e) or (f"{ms[e]:.4f}" if e in ms else "-")
+                def cell(e: str) -> str:
+                    return notes.get(e) or (f"{ms[(e, t)]:.4f}" if (e, t) in ms else "-")
 
-            def speedup(e: str) -> str:
-                return f"{ms[e] / ms['lib']:.2f}" if e in ms and e not in notes else "-"
+                def speedup(e: str) -> str:
+                    return f"{ms[(e, t)] / lib:.2f}" if (e, t) in ms and e not in notes else "-"
 
-            lines.append(
-                f"| {case.name()} | {t} | {ms['lib']:.4f} | {cell('torch')} | {cell('openvino')} | {speedup('torch')} "
-                f"| {speedup('openvino')} | {x.nbytes / (ms['lib'] * 1e-3) / 1e9:.1f} | {'yes' if ran else 'NO'} |"
-            )
+                if (("torch", t) in ms and ms[("torch", t)] < lib) or (
+                    ("openvino", t) in ms and "openvino" not in notes and ms[("openvino", t)] < lib
+                ):
+                    slower.append(f"{case.name()} ({isa}, {t} thread(s))")
+                lines.append(
+                    f"| {case.name()} | {isa} | {t} | {lib:.4f} | {cell('torch')} | {cell('openvino')} | "
+                    f"{speedup('torch')} | {speedup('openvino')} | {x.nbytes / (lib * 1e-3) / 1e9:.1f} | "
+                    f"{'yes' if kernel_ok[isa] else 'NO'} |"
+                )
+    lines += [
+        "",
+        f"- slower than PyTorch or OpenVINO: {len(slower)} of {len(lines) - 2} rows"
+        + (f" ({', '.join(slower)})" if slower else ""),
+        f"- medians of {rounds} interleaved rounds, each sample the mean of a burst of runs of about "
+        f"{SAMPLE_S * 1e6:.0f} us; the library on each kernel set in its own process (ONNX_POOLS_ISA forced)",
+    ]
     return "\n".join(lines) + "\n", ok_all
