@@ -921,7 +921,21 @@ template <class A, class Power, class Down>
     all += total[l];
     unsure |= unsure_lanes[l] != 0;
   }
-  settle_roots(power, unsure, n, [&](int64_t i) { return sums[i]; }, [&](int64_t i, A root) { out[i] = down(root); });
+  if (unsure != 0) {
+    // the vectors with a lane fused_cube_root could not vouch for, again, those lanes from root_for: a vector
+    // root per vector and a scalar root per such lane, not a scalar root per sum
+    auto settle = [&](int64_t i) __attribute__((always_inline)) {
+      M lanes{};
+      const V sum = S::load(sums + i);
+      vector_root(power, sum, lanes);
+      for (int l = 0; l < L; ++l) {
+        if (lanes[l] != 0) out[i + l] = down(root_for(power, sum[l]));
+      }
+    };
+    int64_t i = 0;
+    for (; i + L <= n; i += L) settle(i);
+    if (i < n) settle(n - L);
+  }
   return window_sum_trusted(least) && window_sum_trusted(all);
 }
 
