@@ -127,15 +127,15 @@ constexpr bool kFusedCubeRoot = false;  // portable x86-64: std::fma would be a 
 
 // cube_root(v) in float arithmetic with explicit fused multiply-adds (no conversion to double, which bounds the
 // loops of cube_root), or sets unsure to 1 when it cannot vouch for that value. Same start as cube_root (|d| <= 0.105
-// for d = 1 - v r^3); one step r (1 + d q(d)), q a degree-4 fit of ((1 - d)^(-1/3) - 1) / d over that range (the
-// series 1/3 + 2d/9 + 14d^2/81 + ... with its coefficients adjusted: relative error below 7e-9 where the series cut
-// there leaves 1.4e-7), gives r = v^(-1/3) to float rounding in one step (fewer multiplies than two steps of lower
+// for d = 1 - v r^3); one step r (1 + d q(d)), q a degree-3 fit of ((1 - d)^(-1/3) - 1) / d over that range (the
+// series 1/3 + 2d/9 + 14d^2/81 + ... with its coefficients adjusted: relative error below 9.3e-8 where the series cut
+// there leaves 1.6e-6), gives r = v^(-1/3) to about an ulp in one step (fewer multiplies than two steps of lower
 // order); y0 = v r^2 is then a few ulps off. The residual v - y0^3 is exact to ~2^-48 v (y0^2 split into
 // two floats by an fma, then two fmas), and y0 + residual r^2 / 3 is rounded twice, with 1/3 widened by 2^-16
 // either way (r^2 standing for 1/y0^2): far more than the error of that and of the residual, the product's rounding
 // and the dropped second-order term, so when both roundings agree that float is the correctly rounded cube root.
 // Checked exhaustively (scripts/check_cube_root.cc: every float in the trusted range [2^-80, FLT_MAX], scalar code
-// with -mfma, the same operations a vector lane does): where not unsure (all but 2.2e-5 of them) the value is
+// with -mfma, the same operations a vector lane does): where not unsure (all but 4.8e-5 of them) the value is
 // cube_root's, bit for bit; the 70 values where cube_root is not correctly rounded (above) are all unsure. So every
 // ISA returns the same bits, and callers recompute the unsure ones with cube_root (settle_roots).
 // The lanes of a float or of a native float vector as 32-bit integers and back, conversions between the two lane types
@@ -204,9 +204,8 @@ template <class F, class Unsure>
   const F third = lanes_to_float(lanes_bits(v)) * (1.0f / 3.0f);
   F r = lanes_of_bits(0x54a21d2au - lanes_to_bits(third));
   const F d = lanes_fma(-(v * r), r * r, 1.0f);
-  const F series = lanes_fma(
-      lanes_fma(lanes_fma(lanes_fma(d, 0x1.0122dcp-3f, 0x1.2a5aa0p-3f), d, 0x1.61fa34p-3f), d, 0x1.c7199cp-3f), d,
-      0x1.555556p-2f);
+  const F series =
+      lanes_fma(lanes_fma(lanes_fma(d, 0x1.28acb6p-3f, 0x1.6561cep-3f), d, 0x1.c71c3ep-3f), d, 0x1.55542ep-2f);
   r = lanes_fma(r * d, series, r);
   const F r2 = r * r;
   const F y0 = v * r2;
