@@ -889,8 +889,9 @@ template <class A, class Power, class Scale>
 // out[j] = down(root of sums[j]) for n >= L sums in native vectors, the last one overlapping the one before when L does
 // not divide n. Returns whether every sum is surely trusted (the loop keeps only the smallest sum and the total, which
 // NaN and infinity reach: two operations a vector instead of a count's four); the roots fused_cube_root could not
-// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, a few cache
-// lines a vector: the memory the next block reads, while this one computes.
+// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, four cache
+// lines a vector (the 2x2 windows of a block read 16 bytes an output: 256 a vector of 16 floats) without a count per
+// vector: the memory the next block reads, while this one computes.
 template <class A, class Power, class Down>
 [[gnu::always_inline]] inline bool vector_roots(const A* __restrict sums, A* __restrict out, int64_t n, Power power,
                                                 Down down, const char* fetch, int64_t fetch_bytes) {
@@ -901,12 +902,15 @@ template <class A, class Power, class Down>
   V smallest = S::splat(std::numeric_limits<A>::max());
   V total{};
   M unsure_lanes{};
-  const int64_t lines_per_vector = (fetch_bytes / 64 + n / L) / (n / L + 1) + 1;
-  const int64_t last_line = fetch_bytes - 1;
   int64_t fetched = 0;
   auto at = [&](int64_t j) __attribute__((always_inline)) {
-    for (int64_t k = 0; k < lines_per_vector; ++k, fetched += 64)
-      __builtin_prefetch(fetch + min_of(fetched, last_line));
+    if (fetched < fetch_bytes) {  // (a fetch past the end of memory is harmless: fetches do not fault)
+      __builtin_prefetch(fetch + fetched);
+      __builtin_prefetch(fetch + fetched + 64);
+      __builtin_prefetch(fetch + fetched + 128);
+      __builtin_prefetch(fetch + fetched + 192);
+      fetched += 256;
+    }
     const V sum = S::load(sums + j);
     smallest = sum < smallest ? sum : smallest;
     total += sum;
