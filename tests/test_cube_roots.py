@@ -3,7 +3,7 @@
 The avx2, avx512 and neon builds take the roots of float window sums with fused multiply-adds (fused_cube_root in
 csrc/kernels/common/lp_math.h), which leaves the few sums whose root it cannot vouch for to cube_root
 (settle_roots). The pairs below are (a, b) whose window sum a^3 + b^3 is such a sum *and* whose fused value is one
-ulp off (found by running that function's arithmetic over random pairs: about 1 sum in 24000 is unsure, and a third
+ulp off (found by running that function's arithmetic over random pairs: about 1 sum in 19000 is unsure, and a third
 of those are off), so a path that skipped the settling would fail here. Windows of (a, b), mixed with random
 windows, on each LpPool path that takes roots in a loop: pipelined (2x2 stride 2, over a zero row), blocked (1x2
 stride 1x2, and 1-D windows of 2) and streamed (1x2 stride 2x2: the row stride above the row kernel), on every ISA
@@ -22,22 +22,22 @@ import onnx_pools
 from helpers import cpu_isas, rerun_on_isa, run_op
 
 HARD_PAIRS = [  # hexadecimal float32 values (float.fromhex)
-    ("0x1.c47ad8p0", "0x1.a3c01ep-1"),
-    ("0x1.524ce0p0", "0x1.c967a4p-1"),
-    ("0x1.6cdf46p0", "0x1.dc5150p-1"),
-    ("0x1.b4c744p0", "0x1.0558f6p-1"),
-    ("0x1.d699acp0", "0x1.7f7514p-1"),
-    ("0x1.6783e8p0", "0x1.6d4238p-1"),
-    ("0x1.619f42p0", "0x1.2e267cp-1"),
-    ("0x1.138918p0", "0x1.7f7088p-1"),
-    ("0x1.8650d2p0", "0x1.f546dap-1"),
-    ("0x1.acb3b2p0", "0x1.23bc40p-1"),
-    ("0x1.8c68bep0", "0x1.05a54ap-1"),
-    ("0x1.974a4ap0", "0x1.ed2f88p-1"),
-    ("0x1.800f6ep0", "0x1.13cbacp-1"),
-    ("0x1.d2362cp0", "0x1.02e0ccp-1"),
-    ("0x1.72424p0", "0x1.7d3a90p-1"),
-    ("0x1.9af4c6p0", "0x1.0de12ep-1"),
+    ("0x1.cc9f5cp+0", "0x1.ace1e2p-1"),
+    ("0x1.905d7p+0", "0x1.26efbp-1"),
+    ("0x1.8f8abp+0", "0x1.823c58p-1"),
+    ("0x1.a1f974p+0", "0x1.847ffcp-1"),
+    ("0x1.f52f16p+0", "0x1.bf4e7ep-1"),
+    ("0x1.d0152cp+0", "0x1.9241a6p-1"),
+    ("0x1.a18c28p+0", "0x1.dc7df8p-1"),
+    ("0x1.98fb1ep+0", "0x1.09f124p-1"),
+    ("0x1.872292p+0", "0x1.986c64p-1"),
+    ("0x1.f7c81p+0", "0x1.6b96f4p-1"),
+    ("0x1.d61c1p+0", "0x1.430d34p-1"),
+    ("0x1.d44c66p+0", "0x1.5b91dep-1"),
+    ("0x1.354dfcp+0", "0x1.b324e4p-1"),
+    ("0x1.2e7a44p+0", "0x1.75b014p-1"),
+    ("0x1.b0c738p+0", "0x1.728316p-1"),
+    ("0x1.26e4eap+0", "0x1.705b62p-1"),
 ]
 
 

@@ -13,10 +13,17 @@ edge columns redone after it, and with row stride 1 (row kernels of 1 to 3) the 
 (else a row at a time). 3x3 windows at stride 1 with one row and column of padding each side and p = 1, 2 or 4 (roots
 that are square roots) take fused_triple_rows for the output rows whose lower input row is inside the plane: the
 column sums and the roots in one run of vectors (rows at least one vector wide), the plane's last row as above.
-The cases take rows of 2 columns up to rows of 150 (blocks of a few rows), planes of several blocks, and per
-plane: plain values, a NaN and an infinity (windows recomputed exactly), tiny values throughout (the plane scaled by
-a power of two from the start), huge values throughout (the plane redone at a new scale), tiny values past the first
-rows (more than 1/16 of the windows untrusted: redone), zeros of both signs.
+Those 3x3 windows over float and double planes of at least 3 rows, of rows at least one vector and 6 values wide
+and at most 341 (the first three rows among the plane's first 1024 values) take lp_pool_triple_strips first: a
+column strip of the plane at a time down blocks of 8 rows (the last strip overlapping the one before, the edge
+strips' outside neighbours shifted in as +0), the row sums of two rows carried in registers and across blocks; a
+plane with a sum that may not be trusted, or with sums too large for the plane paths' probe to be trusted, is
+handed back to the plane paths above. The cases take rows of 2 columns up to rows of 341 and 342 (blocks of a few
+rows), rows of exactly one and two vectors, planes of several blocks, and per plane: plain values, a NaN and an
+infinity (windows recomputed exactly), tiny values throughout (the plane scaled by a power of two from the start),
+huge values throughout (the plane redone at a new scale), tiny values past the first rows (more than 1/16 of the
+windows untrusted: redone), zeros of both signs, large values whose windows' sums are trusted but whose plane's sum
+overflows.
 
 Windows that tile float and double planes (kernel = stride = 2 or 3 along both axes, no padding) take the pipelined
 path: the next output row's window sums made while this row's roots are taken. 2x2 windows whose root has a vector
@@ -44,6 +51,8 @@ __all__ = ["cases", "check_all", "check_all_rows", "check_all_tiles", "row_cases
 
 DTYPES = ["float32", "float64", "float16", "bfloat16"]
 HUGE = {"float32": 3e38, "float64": 1e308, "float16": 6e4, "bfloat16": 3e38}
+# values whose squares summed over a 3x3 window stay finite, but not over 1024 values
+LARGE = {"float32": 1.5e18, "float64": 1e153}
 TINY = {"float32": 1e-30, "float64": 1e-200, "float16": 1e-6, "bfloat16": 1e-30}
 # (attributes, spatial rank): windows over a one-element plane that hold the element
 GEOMETRIES: list[tuple[dict[str, Any], int]] = [
@@ -126,9 +135,26 @@ ROW_GEOMETRIES: list[tuple[dict[str, Any], int, float]] = [
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [2, 1]}, 18, 3),
     ({"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}, 18, 2),
 ]
-# H, W; rows of exactly one vector (8 and 16 columns) for the fused rows
-ROW_PLANES = [(7, 2), (5, 3), (4, 9), (6, 8), (5, 16), (21, 56), (9, 17), (11, 150)]
-ROW_SPECIALS = 7  # planes per case: plain, NaN and inf, tiny, huge, tiny past the first rows, zeros, plain
+# H, W; rows of exactly one vector (8 and 16 columns) for the fused rows and the strips, of two (16 and 32), the
+# narrowest and the widest rows the strips take (6 and 341 columns) and one wider, one block of 8 rows and more
+ROW_PLANES = [
+    (7, 2),
+    (5, 3),
+    (4, 9),
+    (6, 8),
+    (5, 16),
+    (21, 56),
+    (9, 17),
+    (11, 150),
+    (3, 6),
+    (17, 16),
+    (8, 32),
+    (10, 24),
+    (3, 341),
+    (4, 342),
+]
+# planes per case: plain, NaN and inf, tiny, huge, tiny past the first rows, zeros, large, plain
+ROW_SPECIALS = 8
 
 
 def row_cases() -> list[tuple[dict[str, Any], int, float, str, tuple[int, int]]]:
@@ -149,6 +175,7 @@ def make_row_input(dtype: str, plane: tuple[int, int], rng: np.random.Generator)
     x[0, 3] = HUGE[dtype] * rng.uniform(0.25, 1.0, (h, w)) * rng.choice([-1.0, 1.0], (h, w))
     x[0, 4, h // 3 :] *= TINY[dtype]
     x[0, 5] = rng.choice([0.0, -0.0], (h, w))
+    x[0, 6] = LARGE[dtype] * rng.uniform(0.5, 1.0, (h, w)) * rng.choice([-1.0, 1.0], (h, w))
     with np.errstate(over="ignore"):
         return R.to_dtype(x, dtype)
 

@@ -126,14 +126,16 @@ constexpr bool kFusedCubeRoot = false;  // portable x86-64: std::fma would be a 
 #endif
 
 // cube_root(v) in float arithmetic with explicit fused multiply-adds (no conversion to double, which bounds the
-// loops of cube_root), or sets unsure to 1 when it cannot vouch for that value. Same start as cube_root; one step of
-// order 4, r (1 + d/3 + 2d^2/9 + 14d^3/81) with d = 1 - v r^3 (3% -> ~1e-5), and one Newton step give r = v^(-1/3) to
-// float rounding; y0 = v r^2 is then a few ulps off. The residual v - y0^3 is exact to ~2^-48 v (y0^2 split into
-// two floats by an fma, then two fmas), and y0 + residual / (3 y0^2) is rounded twice, with 1/(3 y0^2) taken as
-// r^2/3 widened by 2^-16 either way: far more than its own error and that of the residual and of the dropped
-// second-order term, so when both roundings agree that float is the correctly rounded cube root.
+// loops of cube_root), or sets unsure to 1 when it cannot vouch for that value. Same start as cube_root (|d| <= 0.105
+// for d = 1 - v r^3); one step r (1 + d q(d)), q a degree-3 fit of ((1 - d)^(-1/3) - 1) / d over that range (the
+// series 1/3 + 2d/9 + 14d^2/81 + ... with its coefficients adjusted: relative error below 9.3e-8 where the series cut
+// there leaves 1.6e-6), gives r = v^(-1/3) to about an ulp in one step (fewer multiplies than two steps of lower
+// order); y0 = v r^2 is then a few ulps off. The residual v - y0^3 is exact to ~2^-48 v (y0^2 split into
+// two floats by an fma, then two fmas), and y0 + residual r^2 / 3 is rounded twice, with 1/3 widened by 2^-16
+// either way (r^2 standing for 1/y0^2): far more than the error of that and of the residual, the product's rounding
+// and the dropped second-order term, so when both roundings agree that float is the correctly rounded cube root.
 // Checked exhaustively (scripts/check_cube_root.cc: every float in the trusted range [2^-80, FLT_MAX], scalar code
-// with -mfma, the same operations a vector lane does): where not unsure (all but 3.3e-5 of them) the value is
+// with -mfma, the same operations a vector lane does): where not unsure (all but 4.8e-5 of them) the value is
 // cube_root's, bit for bit; the 70 values where cube_root is not correctly rounded (above) are all unsure. So every
 // ISA returns the same bits, and callers recompute the unsure ones with cube_root (settle_roots).
 // The lanes of a float or of a native float vector as 32-bit integers and back, conversions between the two lane types
@@ -202,15 +204,17 @@ template <class F, class Unsure>
   const F third = lanes_to_float(lanes_bits(v)) * (1.0f / 3.0f);
   F r = lanes_of_bits(0x54a21d2au - lanes_to_bits(third));
   const F d = lanes_fma(-(v * r), r * r, 1.0f);
-  r = lanes_fma(r * d, lanes_fma(lanes_fma(d, 14.0f / 81.0f, 2.0f / 9.0f), d, 1.0f / 3.0f), r);
-  r = (r * (1.0f / 3.0f)) * lanes_fma(-(v * r), r * r, 4.0f);
+  const F series =
+      lanes_fma(lanes_fma(lanes_fma(d, 0x1.28acb6p-3f, 0x1.6561cep-3f), d, 0x1.c71c3ep-3f), d, 0x1.55542ep-2f);
+  r = lanes_fma(r * d, series, r);
   const F r2 = r * r;
   const F y0 = v * r2;
   const F square = y0 * y0;
   const F square_low = lanes_fma(y0, y0, -square);                           // y0^2 = square + square_low
   const F residual = lanes_fma(-square_low, y0, lanes_fma(-square, y0, v));  // v - y0^3
-  const F low = lanes_fma(residual, r2 * ((1.0f - 0x1p-16f) / 3.0f), y0);
-  const F high = lanes_fma(residual, r2 * ((1.0f + 0x1p-16f) / 3.0f), y0);
+  const F step = residual * r2;
+  const F low = lanes_fma(step, (1.0f - 0x1p-16f) / 3.0f, y0);
+  const F high = lanes_fma(step, (1.0f + 0x1p-16f) / 3.0f, y0);
   unsure |= low != high;  // NaN (from untrusted sums) is unsure too
   return low;
 }

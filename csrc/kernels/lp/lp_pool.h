@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #if defined(__SSE2__) || defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -888,8 +889,9 @@ template <class A, class Power, class Scale>
 // out[j] = down(root of sums[j]) for n >= L sums in native vectors, the last one overlapping the one before when L does
 // not divide n. Returns whether every sum is surely trusted (the loop keeps only the smallest sum and the total, which
 // NaN and infinity reach: two operations a vector instead of a count's four); the roots fused_cube_root could not
-// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, a few cache
-// lines a vector: the memory the next block reads, while this one computes.
+// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, four cache
+// lines a vector (the 2x2 windows of a block read 16 bytes an output: 256 a vector of 16 floats) without a count per
+// vector: the memory the next block reads, while this one computes.
 template <class A, class Power, class Down>
 [[gnu::always_inline]] inline bool vector_roots(const A* __restrict sums, A* __restrict out, int64_t n, Power power,
                                                 Down down, const char* fetch, int64_t fetch_bytes) {
@@ -900,12 +902,15 @@ template <class A, class Power, class Down>
   V smallest = S::splat(std::numeric_limits<A>::max());
   V total{};
   M unsure_lanes{};
-  const int64_t lines_per_vector = (fetch_bytes / 64 + n / L) / (n / L + 1) + 1;
-  const int64_t last_line = fetch_bytes - 1;
   int64_t fetched = 0;
   auto at = [&](int64_t j) __attribute__((always_inline)) {
-    for (int64_t k = 0; k < lines_per_vector; ++k, fetched += 64)
-      __builtin_prefetch(fetch + min_of(fetched, last_line));
+    if (fetched < fetch_bytes) {  // (a fetch past the end of memory is harmless: fetches do not fault)
+      __builtin_prefetch(fetch + fetched);
+      __builtin_prefetch(fetch + fetched + 64);
+      __builtin_prefetch(fetch + fetched + 128);
+      __builtin_prefetch(fetch + fetched + 192);
+      fetched += 256;
+    }
     const V sum = S::load(sums + j);
     smallest = sum < smallest ? sum : smallest;
     total += sum;
@@ -921,7 +926,21 @@ template <class A, class Power, class Down>
     all += total[l];
     unsure |= unsure_lanes[l] != 0;
   }
-  settle_roots(power, unsure, n, [&](int64_t i) { return sums[i]; }, [&](int64_t i, A root) { out[i] = down(root); });
+  if (unsure != 0) {
+    // the vectors with a lane fused_cube_root could not vouch for, again, those lanes from root_for: a vector
+    // root per vector and a scalar root per such lane, not a scalar root per sum
+    auto settle = [&](int64_t i) __attribute__((always_inline)) {
+      M lanes{};
+      const V sum = S::load(sums + i);
+      vector_root(power, sum, lanes);
+      for (int l = 0; l < L; ++l) {
+        if (lanes[l] != 0) out[i + l] = down(root_for(power, sum[l]));
+      }
+    };
+    int64_t i = 0;
+    for (; i + L <= n; i += L) settle(i);
+    if (i < n) settle(n - L);
+  }
   return window_sum_trusted(least) && window_sum_trusted(all);
 }
 
@@ -1025,9 +1044,164 @@ bool try_lp_pool_pipelined(const T* x, T* y, int64_t planes, const PoolGeometry&
   }
 }
 
+// ---- 3x3 stride 1 windows with one row and column of padding each side, a column strip of the plane at a time ----
+
+// The lanes of v one lane up (lane 0 takes +0) and one lane down (the last lane takes +0).
+template <class V, size_t... I>
+[[gnu::always_inline]] inline V lanes_up(V v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, V{}, sizeof...(I) + 1, I...);
+}
+template <class V, size_t... I>
+[[gnu::always_inline]] inline V lanes_down(V v, std::index_sequence<I...>) {
+  return __builtin_shufflevector(v, V{}, (I + 1)..., sizeof...(I) + 1);
+}
+
+// Whether lp_pool_triple_strips takes planes of this geometry and power: 3x3 windows at stride 1 over planes padded by
+// one row and column each side (output plane = input plane), whole p whose root is square roots or none (kLaneRoot),
+// rows at least one vector and 6 values wide, the first three rows within the probe's elements (see
+// triple_strips_plane). For float and double planes (A, the accumulator type).
+template <class A>
+bool triple_strips_apply(const PoolGeometry& g, const LpNorm& lp) {
+  if (g.axes.size() != 2 || (lp.integer_p != 1 && lp.integer_p != 2 && lp.integer_p != 4)) return false;
+  for (const AxisGeometry& a : g.axes) {
+    if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.pad_end != 1 || a.out != a.in) {
+      return false;
+    }
+  }
+  const int64_t h = g.axes[0].in, w = g.axes[1].in;
+  return h >= 3 && w >= 6 && w >= Simd<A>::kLength && 3 * w <= kBlock;
+}
+
+// One plane of triple_strips_apply's geometry at scale 1 (e = 0): for each strip of L columns (the last one overlapping
+// the one before when L does not divide w), down the rows: h = (|x[j-1]|^p + |x[j]|^p) + |x[j+1]|^p of the next input
+// row (the edge columns' outside neighbour +0, the term padding adds), and the window sum of the output row above,
+// (h of the row above it + h of its row) + h (+0 rows above the first and below the last), its root stored: the sums
+// of lp_pool_blocked (padded_triple_rows, fused_triple_rows and the flat rows) in the same order, with the two rows of
+// h in registers instead of column sums stored and read back. (Without fetches of the next plane ahead: into L1 they
+// evict the lines of this plane the later strips read, and into L2 they cost more than they save.)
+// Returns true when the plane's roots are those of the plane paths: every sum is trusted (at least the trusted
+// minimum), and all of them together at most max / 2048. The paths then scale the plane by 2^0: the probe of the
+// plane's first kBlock values (probe_exponent) is trusted, since it holds the first three rows, so two windows without
+// a common element (each sum trusted) and no more than kBlock powers (each at most max / 2048). Otherwise the plane is
+// for the plane paths to take again.
+// Input rows a block of triple_strips_plane takes each strip through.
+constexpr int64_t kStripRows = 8;
+
+template <class A, class Power>
+bool triple_strips_plane(const A* __restrict x, A* __restrict y, int64_t rows, int64_t w, Power power) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  constexpr int L = S::kLength;
+  constexpr auto below = std::make_index_sequence<L - 1>{};
+  V smallest = S::splat(std::numeric_limits<A>::max());
+  V total{};
+  // each strip's two rows of h at the end of a block of rows, for the next block: strip k at 2 k and 2 k + 1
+  V carried[2 * (kBlock / 3 / L + 2)];
+  // the rows [r0, r1) of the strip k of L columns from column j; left_edge / right_edge: std::true_type when it holds
+  // the row's first / last column
+  auto strip = [&](int64_t k, int64_t j, int64_t r0, int64_t r1, auto left_edge, auto right_edge)
+                   __attribute__((always_inline)) {
+                     auto row_sums = [&](const A* row) __attribute__((always_inline)) {
+                       const V centre = lane_power(power, S::load(row + j));
+                       V left, right;
+                       if constexpr (decltype(left_edge)::value) {
+                         left = lanes_up(centre, below);
+                       } else {
+                         left = lane_power(power, S::load(row + j - 1));
+                       }
+                       if constexpr (decltype(right_edge)::value) {
+                         right = lanes_down(centre, below);
+                       } else {
+                         right = lane_power(power, S::load(row + j + 1));
+                       }
+                       return (left + centre) + right;
+                     };
+                     auto finish = [&](int64_t out_row, V sum) __attribute__((always_inline)) {
+                       smallest = sum < smallest ? sum : smallest;
+                       total += sum;
+                       S::store(y + out_row * w + j, lane_root(power, sum));
+                     };
+                     V above, middle;
+                     int64_t r = r0;
+                     if (r0 == 0) {
+                       above = V{};  // the padding row above the first
+                       middle = row_sums(x);
+                       r = 1;
+                     } else {
+                       above = carried[2 * k];
+                       middle = carried[2 * k + 1];
+                     }
+                     for (; r < r1; ++r) {
+                       const V next = row_sums(x + r * w);
+                       finish(r - 1, (above + middle) + next);
+                       above = middle;
+                       middle = next;
+                     }
+                     if (r1 == rows) {
+                       finish(rows - 1, (above + middle) + V{});  // the padding row below the last
+                     } else {
+                       carried[2 * k] = above;
+                       carried[2 * k + 1] = middle;
+                     }
+                   };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  // blocks of kStripRows input rows, each strip in turn: the plane is read about in order (as the hardware's
+  // prefetchers expect), and a block's rows stay in L1 for the strips after the first
+  for (int64_t r0 = 0; r0 < rows; r0 += kStripRows) {
+    const int64_t r1 = min_of(rows, r0 + kStripRows);
+    if (w == L) {
+      strip(0, 0, r0, r1, Yes{}, Yes{});
+    } else {
+      strip(0, 0, r0, r1, Yes{}, No{});
+      int64_t k = 1;
+      for (; (k + 1) * L < w; ++k) strip(k, k * L, r0, r1, No{}, No{});
+      strip(k, w - L, r0, r1, No{}, Yes{});
+    }
+  }
+  A least = smallest[0], all = total[0];
+  for (int l = 1; l < L; ++l) {
+    least = smallest[l] < least ? smallest[l] : least;
+    all += total[l];
+  }
+  return window_sum_trusted(least) && all <= std::numeric_limits<A>::max() / 2048;  // NaN fails
+}
+
+template <class T>
+void lp_pool_planes_by_geometry(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp);
+
+// The planes of triple_strips_apply, each by triple_strips_plane, or by the plane paths when that cannot vouch for it.
+template <class A>
+void lp_pool_triple_strips(const A* x, A* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  const int64_t rows = g.axes[0].in, w = g.axes[1].in;
+  with_power(lp, [&](auto power) {
+    if constexpr (kLaneRoot<decltype(power)>) {
+      for (int64_t plane = 0; plane < planes; ++plane) {
+        const A* xp = x + plane * g.in_size;
+        A* yp = y + plane * g.out_size;
+        if (!triple_strips_plane(xp, yp, rows, w, power)) {
+          lp_pool_planes_by_geometry<A>(xp, yp, 1, g, lp);
+        }
+      }
+    }
+  });
+}
+
 // LpPool over whole planes, each plane by the path its geometry takes.
 template <class T>
 void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  if constexpr (std::is_same_v<T, AccOf<T>>) {
+    if (triple_strips_apply<T>(g, lp)) {
+      lp_pool_triple_strips(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
+      return;
+    }
+  }
+  lp_pool_planes_by_geometry<T>(xv, yv, planes, g, lp);
+}
+
+// The plane paths of lp_pool_planes but triple_strips_plane's.
+template <class T>
+void lp_pool_planes_by_geometry(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if (g.axes.size() <= 2 && !needs_scaled_lp(lp)) {
     const RowsAndColumns rc = rows_and_columns(g);
     if (try_lp_pool_pipelined(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, rc, lp)) return;
