@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -283,7 +284,10 @@ template <class Q>
 void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                   const QLinearParams& q) {
   if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
-    Rows3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    // kept per thread while the parameters and shape stay: ORT's pool calls the kernel per chunk of a few planes
+    thread_local std::optional<Rows3x3Pool<Q>> pool;
+    if (!pool || !pool->made_for(g, q, channels)) pool.emplace(g, q, channels);
+    pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
   // NCHW planes that fit in cache take QLinearPlan's whole-plane passes (longer loops than rows), small ones its
