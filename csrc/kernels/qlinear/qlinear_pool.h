@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <optional>
+#include <memory>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -285,8 +285,9 @@ void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const
                   const QLinearParams& q) {
   if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
     // kept per thread while the parameters and shape stay: ORT's pool calls the kernel per chunk of a few planes
-    thread_local std::optional<Rows3x3Pool<Q>> pool;
-    if (!pool || !pool->made_for(g, q, channels)) pool.emplace(g, q, channels);
+    // (on the heap: a thread-local's own address, propagated into its methods, is looked up at each use)
+    thread_local std::unique_ptr<Rows3x3Pool<Q>> pool;
+    if (!pool || !pool->made_for(g, q, channels)) pool = std::make_unique<Rows3x3Pool<Q>>(g, q, channels);
     pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
