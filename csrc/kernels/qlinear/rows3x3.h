@@ -223,27 +223,14 @@ class Rows3x3Pool {
       } else {
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
 #if defined(__AVX512BW__)
-        {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
+        if constexpr (kMiddle != Ties::None) {  // 16 lanes; a step with marks is taken again below and settled
           using WideFloats = typename Lanes::WideFloats;
           typename Lanes::WideInts marked_a, marked_b;
           const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
           const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
-          if constexpr (kMiddle == Ties::None) {  // no marks: the saturating packs clamp
-            auto whole = [&](Shorts s, WideFloats sc) {
-              return _mm512_maskz_cvtps_epi32(
-                  ~0, __builtin_convertvector(Lanes::wide_ints(s), WideFloats) * sc + (WideFloats{} + zero_point[0]));
-            };
-            const __m512i ab = _mm512_maskz_packs_epi32(~0, whole(a, scale_a), whole(b, scale_b));
-            const __m512i bytes =
-                std::is_signed_v<Q> ? _mm512_maskz_packs_epi16(~0, ab, ab) : _mm512_maskz_packus_epi16(~0, ab, ab);
-            const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-            const __m512i ordered = _mm512_maskz_permutexvar_epi32(~0, order, bytes);
-            std::memcpy(out, &ordered, kStep);
-            return;
-          }
           const auto out_a = Lanes::requantised(Lanes::wide_ints(a), scale_a, WideFloats{} + zero_point[0], marked_a);
           const auto out_b = Lanes::requantised(Lanes::wide_ints(b), scale_b, WideFloats{} + zero_point[0], marked_b);
-          if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
+          if (!Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
         }
 #endif
         const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
@@ -252,7 +239,8 @@ class Rows3x3Pool {
           const Floats scale_v = per_value ? Lanes::floats_at(block_scales_ + i + v * kLength) : scale;
 #if defined(__AVX2__)
           if constexpr (kMiddle == Ties::None) {  // no marks: narrow's saturating packs clamp
-            outs[v] = Lanes::template rounded<Ints>(__builtin_convertvector(difference[v], Floats) * scale_v + zero_point);
+            outs[v] =
+                Lanes::template rounded<Ints>(__builtin_convertvector(difference[v], Floats) * scale_v + zero_point);
             continue;
           }
 #endif
@@ -440,10 +428,10 @@ class Rows3x3Pool {
   const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
   float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
-  int16_t* column_sums_ = nullptr;       // a block's rows' or two rows' (see row_sums), d zeros before and after each
-  Q* block_out_ = nullptr;               // a block's outputs, d values apart
-  float* block_scales_ = nullptr;        // the scale of each value of a block of rows (see layout)
-  float* floats_ = nullptr;              // three dequantised input rows (see dequantised_rows), then a row of zeros
+  int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
+  Q* block_out_ = nullptr;          // a block's outputs, d values apart
+  float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
+  float* floats_ = nullptr;         // three dequantised input rows (see dequantised_rows), then a row of zeros
   float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
