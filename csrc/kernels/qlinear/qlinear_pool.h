@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -283,7 +284,11 @@ template <class Q>
 void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const PoolGeometry& g,
                   const QLinearParams& q) {
   if (Rows3x3Pool<Q>::applies(g, channels)) {  // 3x3 stride 1 pads 1: one pass per output row
-    Rows3x3Pool<Q>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    // kept per thread while the parameters and shape stay: ORT's pool calls the kernel per chunk of a few planes
+    // (on the heap: a thread-local's own address, propagated into its methods, is looked up at each use)
+    thread_local std::unique_ptr<Rows3x3Pool<Q>> pool;
+    if (!pool || !pool->made_for(g, q, channels)) pool = std::make_unique<Rows3x3Pool<Q>>(g, q, channels);
+    pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
   // NCHW planes that fit in cache take QLinearPlan's whole-plane passes (longer loops than rows), small ones its

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -55,6 +54,12 @@ class Rows3x3Pool {
   using Shorts = typename Lanes::Shorts;
 
  public:
+  // Whether this pool was made for these parameters and this shape (qlinear_pool keeps one per thread).
+  bool made_for(const PoolGeometry& g, const QLinearParams& q, int64_t channels) const {
+    return q.x_scale == q_.x_scale && q.y_scale == q_.y_scale && q.x_zero_point == q_.x_zero_point &&
+           q.y_zero_point == q_.y_zero_point && q.count_include_pad == q_.count_include_pad && h_ == g.axes[0].in &&
+           w_ == g.axes[1].in && d_ == channels;
+  }
   static bool applies(const PoolGeometry& g, int64_t channels) {
     if (!kRows3x3 || g.axes.size() != 2) return false;
     for (const AxisGeometry& a : g.axes) {
@@ -78,15 +83,19 @@ class Rows3x3Pool {
     layout(memory_.as<char>());
     const bool equal = requantiser_.marks_are_ties;
     const bool ort_decides = equal && q.x_scale >= 0x1p-100f && q.x_scale <= 0x1p100f;
-    const MarkTable* table = equal ? nullptr : &mark_table();  // a thread-local: looked up once
-    if (table && !table->block_scales.empty()) block_scales_ = table->block_scales.data();
+    for (int64_t k = 0; block_scales_ && k < block_rows_ * (n_ + d_); ++k) {
+      const int64_t at = k % (n_ + d_), columns = 1 + (at >= d_) + (at < n_ - d_);
+      block_scales_[k] = at < n_ ? static_cast<float>(requantiser_.window_scale(3 * columns)) : 0.0f;
+    }
     Ties kind[4][4] = {};  // [rows][columns] of a window
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
         scale_[rows][cols] = static_cast<float>(requantiser_.window_scale(rows * cols));
         const bool odd = q.count_include_pad || rows * cols % 2 == 1;  // count 9, or the window's elements
         const Ties even = ort_decides ? Ties::OrtOnly : Ties::Rare;
-        kind[rows][cols] = equal ? (odd ? Ties::None : even) : table->marks[rows * cols] ? Ties::Rare : Ties::None;
+        // None without marks, and values within int32 (rounded unclamped where saturating packs clamp)
+        const bool marked = !equal && (marks(rows * cols) || !(std::fabs(scale_[rows][cols]) < 0x1p19f));
+        kind[rows][cols] = equal ? (odd ? Ties::None : even) : marked ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
@@ -214,20 +223,27 @@ class Rows3x3Pool {
       } else {
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
 #if defined(__AVX512BW__)
-        {  // 16 lanes at a time; a step with marks is taken again by the vectors below, where they are settled
+        if constexpr (kMiddle != Ties::None) {  // 16 lanes; a step with marks is taken again below and settled
           using WideFloats = typename Lanes::WideFloats;
           typename Lanes::WideInts marked_a, marked_b;
           const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
           const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
           const auto out_a = Lanes::requantised(Lanes::wide_ints(a), scale_a, WideFloats{} + zero_point[0], marked_a);
           const auto out_b = Lanes::requantised(Lanes::wide_ints(b), scale_b, WideFloats{} + zero_point[0], marked_b);
-          if (kMiddle != Ties::Rare || !Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
+          if (!Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
         }
 #endif
         const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
         Ints marked[4];
         for (int v = 0; v < 4; ++v) {
           const Floats scale_v = per_value ? Lanes::floats_at(block_scales_ + i + v * kLength) : scale;
+#if defined(__AVX2__)
+          if constexpr (kMiddle == Ties::None) {  // no marks: narrow's saturating packs clamp
+            outs[v] =
+                Lanes::template rounded<Ints>(__builtin_convertvector(difference[v], Floats) * scale_v + zero_point);
+            continue;
+          }
+#endif
           outs[v] = Lanes::requantised(difference[v], scale_v, zero_point, marked[v]);
         }
         for (int v = 0; kMiddle == Ties::Rare && v < 4; ++v)
@@ -367,6 +383,9 @@ class Rows3x3Pool {
     edges_ = c.take<float>(12 * (d_ + kLength));
     columns_ = c.take<float>(2 * (h_ + 2 + kLength));
     block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
+    // the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends)
+    const bool per_value = !requantiser_.marks_are_ties && !q_.count_include_pad && block_rows_ > 1;
+    block_scales_ = per_value ? c.take<float>(block_rows_ * (n_ + d_)) : nullptr;
     return c.bytes;
   }
 
@@ -387,44 +406,20 @@ class Rows3x3Pool {
     return Lanes::high_product(difference + (4 + 9 * 256), 7282) + static_cast<int16_t>(q_.y_zero_point - 256);
   }
 
-  // Per thread, kept while the parameters and rows stay (ORT's thread pool calls the kernel per chunk of a few
-  // units): whether the float pass marks any window of `valid` elements (1..9), every sum it can hold tried; without
-  // count_include_pad the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends).
-  struct MarkTable {
-    float x_scale = 0, y_scale = 0;
-    int32_t x_zero_point = 0, y_zero_point = 0, count_include_pad = -1;  // -1: nothing yet
-    int64_t n = 0, d = 0, block_rows = 0;
-    bool marks[10] = {};
-    std::vector<float> block_scales;
-  };
-  const MarkTable& mark_table() const {
-    thread_local MarkTable table;
-    const QLinearParams& q = q_;
-    if (table.x_scale == q.x_scale && table.y_scale == q.y_scale && table.x_zero_point == q.x_zero_point &&
-        table.y_zero_point == q.y_zero_point && table.count_include_pad == q.count_include_pad && table.n == n_ &&
-        table.d == d_ && table.block_rows == block_rows_)
-      return table;
-    table = {q.x_scale, q.y_scale, q.x_zero_point, q.y_zero_point, q.count_include_pad, n_, d_, block_rows_, {}, {}};
-    for (int64_t k = 0; !q.count_include_pad && block_rows_ > 1 && k < block_rows_ * (n_ + d_); ++k) {
-      const int64_t at = k % (n_ + d_), columns = 1 + (at >= d_) + (at < n_ - d_);
-      table.block_scales.push_back(at < n_ ? static_cast<float>(requantiser_.window_scale(3 * columns)) : 0.0f);
-    }
+  // Whether the float pass marks any window of `valid` elements (1..9), every sum it can hold tried.
+  bool marks(int valid) const {
+    const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q_.x_zero_point);
+    const int32_t highest = valid * (std::numeric_limits<Q>::max() - q_.x_zero_point);
+    const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    for (int valid = 1; valid <= 9; ++valid) {
-      const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q.x_zero_point);
-      const int32_t highest = valid * (std::numeric_limits<Q>::max() - q.x_zero_point);
-      const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
-      Ints any{};
-      for (int32_t s = lowest; s <= highest; s += kLength) {
-        const Ints difference = Lanes::iota() + s;
-        Ints marked;
-        Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), scale, zero_point,
-                           marked);
-        any |= marked;
-      }
-      table.marks[valid] = Lanes::any(any);
+    Ints any{};
+    for (int32_t s = lowest; s <= highest; s += kLength) {
+      const Ints difference = Lanes::iota() + s;
+      Ints marked;
+      Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), scale, zero_point, marked);
+      any |= marked;
     }
-    return table;
+    return Lanes::any(any);
   }
 
   const QLinearParams q_;
@@ -433,10 +428,10 @@ class Rows3x3Pool {
   const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
   float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
-  int16_t* column_sums_ = nullptr;       // a block's rows' or two rows' (see row_sums), d zeros before and after each
-  Q* block_out_ = nullptr;               // a block's outputs, d values apart
-  const float* block_scales_ = nullptr;  // the scale of each value of a block of rows (see MarkTable)
-  float* floats_ = nullptr;              // three dequantised input rows (see dequantised_rows), then a row of zeros
+  int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
+  Q* block_out_ = nullptr;          // a block's outputs, d values apart
+  float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
+  float* floats_ = nullptr;         // three dequantised input rows (see dequantised_rows), then a row of zeros
   float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
