@@ -3,6 +3,7 @@ through time_alternating (time_runs: of one function)."""
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Sequence
@@ -47,6 +48,27 @@ def time_alternating(
     that a slow stretch of a shared machine hits them alike and sample i of each is comparable: (samples per
     function, calls per function). `target_s` is the time of all functions' samples together; `start`: the
     function whose sample comes first (a caller timing in short calls changes it from call to call)."""
+    # no cyclic garbage collection inside the timed loop (as timeit): a collection in a process holding torch's and
+    # OpenVINO's objects takes milliseconds and would land on whichever function happened to allocate
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _alternate(fns, target_s, min_runs, max_runs, sample_s, runs, warmup, start)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _alternate(
+    fns: Sequence[Callable[[], Any]],
+    target_s: float,
+    min_runs: int,
+    max_runs: int,
+    sample_s: float,
+    runs: int | None,
+    warmup: int,
+    start: int,
+) -> tuple[list[list[float]], list[int]]:
     firsts = []
     for fn in fns:
         for _ in range(warmup - 1):

@@ -12,7 +12,7 @@ fixed-shape demo models. The batch is chosen at run time (--batch). Each model i
   * lib-all:  session_options(model=..., ort_layout=False) (the library's kernels everywhere),
   * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
 --engines picks some of them (stock first); the table's columns follow the sessions run. Every kernel set of --isa
-this CPU runs is a row of its own (a child process with ONNX_POOLS_ISA forced for each but this process's).
+this CPU runs is a row of its own (each measured in a child process with ONNX_POOLS_ISA forced).
 Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
 pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
 turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
@@ -354,19 +354,11 @@ def whole_models_table(
 ) -> tuple[str, bool]:
     """(markdown, the library's kernels ran for every model with the library everywhere: _library_kernels_ran).
     engines: the sessions to time, "stock" first (default: available_engines()); isas: the kernel sets to run the
-    models on (default: this process's), each other than this process's in a child process with ONNX_POOLS_ISA
-    forced (the ones this CPU does not run are left out); ORT's profile (--profile) of this process's alone."""
+    models on (default: this process's), each in a child process with ONNX_POOLS_ISA forced (the ones this CPU does
+    not run are left out): a process that has not run PyTorch or OpenVINO, as a user's would not have."""
     engines = tuple(engines) if engines else available_engines()
-    own = onnx_pools.active_isa()
-    arguments = [thread_counts, batches, rounds, substrings, include_all, False, list(engines)]
-    measured = []
-    for isa in isas or [own]:
-        if isa == own:
-            measured.append(
-                measure_whole_models(thread_counts, batches, rounds, substrings, include_all, profile, engines)
-            )
-        elif (child := _measure_in_child(isa, arguments)) is not None:
-            measured.append(child)
+    arguments = [thread_counts, batches, rounds, substrings, include_all, profile, list(engines)]
+    measured = [m for isa in isas or [onnx_pools.active_isa()] if (m := _measure_in_child(isa, arguments)) is not None]
     return _render(measured, engines), all(m["ok"] for m in measured)
 
 
