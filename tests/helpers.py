@@ -33,10 +33,12 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 import onnx_pools
 from onnx_pools.model_tools import elem_name, np_dtype, pooling_nodes, random_inputs, value_types
 from onnx_pools.ortvalues import from_ortvalue, run_session, to_ortvalue
-from reference import DTYPES, TOLERANCES, assert_close, input_scale, to_dtype
+from reference import DTYPES, TOLERANCES, assert_close, global_pool, input_scale, to_dtype
 from reference_qlinear import QRANGE, near_tie, qlinear_average_pool
 
 __all__ = [
+    "check_float16_mean_flushed",
+    "run_flushed_check",
     "ALL_DTYPES",
     "CASE_COUNTS",
     "IR_VERSION",
@@ -706,3 +708,31 @@ def elf_dynamic(path: Any) -> tuple[list[str], list[str]]:
             elif tag in (15, 29):  # DT_RPATH, DT_RUNPATH
                 paths.append(string(val))
     return needed, paths
+
+
+def check_float16_mean_flushed(x: np.ndarray, what: str) -> str:
+    """GlobalAveragePool-22 of float16 x with ORT's denormals-as-zero option, which sets the floating-point control
+    of the thread creating the session (it runs the kernel at one thread), checked against the float64 reference
+    with the library's kernel proven to run. Changes this thread's floating-point control for good: call it in a
+    process of its own (run_flushed_check). Returns whether the flag was seen set, as "flushed=<bool>"."""
+    model = pool_model("GlobalAveragePool", 22, "float16", list(x.shape))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.set_denormal_as_zero", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(so, model=model))
+    flushed = bool(np.float32(1e-39) * np.float32(1.0) == 0)  # numpy's float math runs under the same control
+    with counts_one_run("GlobalAveragePool"):
+        (y,) = sess.run(None, {"X": x})
+    assert_close_with_subnormals(y, global_pool("GlobalAveragePool", x), "float16", x, what=what)
+    return f"flushed={flushed}"
+
+
+def run_flushed_check(module: str, isa: str) -> None:
+    """module.check_flushed_subnormals() in a process of its own with `isa` forced: it passed and saw the flag set."""
+    script = f"import {module} as m\nprint('RESULT', m.check_flushed_subnormals())\n"
+    r = subprocess.run(
+        [sys.executable, "-c", script], cwd=TESTS_DIR, env=subprocess_env(isa), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    assert "RESULT flushed=True" in r.stdout, r.stdout[-3000:]

@@ -13,25 +13,20 @@ domain that needs subnormals kept: with ORT's denormals-as-zero option they must
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import onnx_pools
 import reference as R
 from helpers import (
-    TESTS_DIR,
     assert_close_with_subnormals,
-    counts_one_run,
+    check_float16_mean_flushed,
     cpu_isas,
-    pool_model,
     rerun_on_isa,
+    run_flushed_check,
     run_op,
-    subprocess_env,
 )
 
 __all__ = ["cases", "check_all", "check_flushed_subnormals"]
@@ -105,31 +100,14 @@ def test_long_channels_on_each_isa(isa: str) -> None:
 
 
 def check_flushed_subnormals() -> str:
-    """float16 means of long channels of subnormal and normal values with ORT's denormals-as-zero option (it sets the
-    floating-point control of the thread creating the session, which runs the kernel at one thread). Changes this
-    thread's floating-point control for good: run it in a process of its own. Returns whether the flag was seen set."""
+    """float16 means of long channels of subnormal and normal values with ORT's denormals-as-zero option
+    (check_float16_mean_flushed; in a process of its own)."""
     rng = np.random.default_rng(7)
     x = rng.uniform(0.5, 1.0, (1, 6, 3136)) * 4e-5
     x[0, 3:] *= 1e4  # normal values in the last channels
-    x = R.to_dtype(x, "float16")
-    model = pool_model("GlobalAveragePool", 22, "float16", list(x.shape))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.add_session_config_entry("session.set_denormal_as_zero", "1")
-    sess = ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(so, model=model))
-    flushed = bool(np.float32(1e-39) * np.float32(1.0) == 0)  # numpy's float math runs under the same control
-    with counts_one_run("GlobalAveragePool"):
-        (y,) = sess.run(None, {"X": x})
-    assert_close_with_subnormals(y, R.global_pool("GlobalAveragePool", x), "float16", x, what="flushed, long")
-    return f"flushed={flushed}"
+    return check_float16_mean_flushed(R.to_dtype(x, "float16"), "flushed, long")
 
 
 @pytest.mark.parametrize("isa", cpu_isas())
 def test_float16_means_with_subnormals_flushed(isa: str) -> None:
-    script = "import test_long_channels as m\nprint('RESULT', m.check_flushed_subnormals())\n"
-    r = subprocess.run(
-        [sys.executable, "-c", script], cwd=TESTS_DIR, env=subprocess_env(isa), capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    assert "RESULT flushed=True" in r.stdout, r.stdout[-3000:]
+    run_flushed_check("test_long_channels", isa)
