@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -17,6 +19,7 @@ import onnx_pools
 from onnx_pools.ortvalues import from_ortvalue, to_ortvalue
 
 __all__ = [
+    "json_from_child",
     "bound_runner",
     "library_at",
     "openvino_module",
@@ -131,3 +134,18 @@ def python_path_env(env: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("ONNX_POOLS_LIBRARY", onnx_pools.get_library_path())
     return env
+
+
+def json_from_child(module: str, argument: Any, isa: str, what: str, timeout: float) -> Any:
+    """What `python -m module <argument as JSON>` prints as JSON on its last line, run with ONNX_POOLS_ISA=isa
+    (python_path_env); RuntimeError naming `what`, with the end of its stderr, when it fails."""
+    r = subprocess.run(
+        [sys.executable, "-m", module, json.dumps(argument)],
+        env=python_path_env(dict(os.environ, ONNX_POOLS_ISA=isa)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"{what}:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -5,14 +5,12 @@ nothing else is allocated between the reset of the peak and the run."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from typing import Any
 
 import numpy as np
 
-from onnx_pools.bench.engines import python_path_env
+from onnx_pools.bench.engines import json_from_child
 from onnx_pools.bench.workers import ISA_ORDER
 
 __all__ = ["MEMORY_CASES", "memory_table"]
@@ -96,18 +94,10 @@ def memory_table(requested: list[str], small: bool) -> tuple[str, bool]:
     for isa in [i for i in ISA_ORDER if i in requested]:
         for label, op, dtype, shape, small_shape, attrs in MEMORY_CASES:
             for threads in (1, 2):
-                env = python_path_env(dict(os.environ, ONNX_POOLS_ISA=isa))
-                argument = json.dumps([label, op, dtype, list(small_shape if small else shape), attrs, threads])
-                r = subprocess.run(
-                    [sys.executable, "-m", "onnx_pools.bench.memory", argument],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=900,
+                argument = [label, op, dtype, list(small_shape if small else shape), attrs, threads]
+                m = json_from_child(
+                    "onnx_pools.bench.memory", argument, isa, f"{label} ({isa}, {threads} threads)", 900
                 )
-                if r.returncode != 0:
-                    raise RuntimeError(f"{label} ({isa}, {threads} threads):\n{r.stderr[-2000:]}")
-                m = json.loads(r.stdout.strip().splitlines()[-1])
                 if m["isa"] != isa:
                     break  # this CPU does not run the ISA
                 worst = max(worst, m["scratch"])

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 import onnx_pools
-from onnx_pools.bench.engines import python_path_env
+from onnx_pools.bench.engines import json_from_child
 from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
 from onnx_pools.model_tools import default_models_dir
 
@@ -328,17 +327,9 @@ def measure_whole_models(
 
 def _measure_in_child(isa: str, arguments: list[Any]) -> dict[str, Any] | None:
     """measure_whole_models in a process whose kernel set is forced to `isa` (None: this CPU does not run it)."""
-    env = python_path_env(dict(os.environ, ONNX_POOLS_ISA=isa))
-    r = subprocess.run(
-        [sys.executable, "-m", "onnx_pools.bench.whole_models", json.dumps(arguments)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
+    measured: dict[str, Any] = json_from_child(
+        "onnx_pools.bench.whole_models", arguments, isa, f"--whole-models on {isa}", 3600
     )
-    if r.returncode != 0:
-        raise RuntimeError(f"--whole-models on {isa}:\n{r.stderr[-2000:]}")
-    measured: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     return measured if measured["isa"] == isa else None
 
 
