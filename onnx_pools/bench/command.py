@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--dtypes", default="float32,float64,float16,bfloat16", help="--denormals: element types")
     ap.add_argument("--batch", default="1,8", help="--whole-models: batch sizes of symbolic-batch models")
-    ap.add_argument("--rounds", type=int, default=30, help="--whole-models: interleaved rounds (default 30)")
+    ap.add_argument("--rounds", type=int, default=30, help="--whole-models: interleaved rounds, at least (default 30)")
     ap.add_argument("--models", help="--whole-models: comma-separated substrings of model file names")
     ap.add_argument("--all-models", action="store_true", help="--whole-models: also the fixed-shape demo models")
     ap.add_argument("--profile", action="store_true", help="--whole-models: ORT's profile per session")
@@ -217,14 +217,15 @@ def _denormals(run: _Run) -> None:
 
 
 def _whole_models(run: _Run) -> None:
-    from onnx_pools.bench.whole_models import whole_models_table
+    from onnx_pools.bench.whole_models import ROW_BUDGET_QUICK_S, ROW_BUDGET_S, whole_models_table
 
     a = run.args
     batches = [1] if a.small else [int(b) for b in a.batch.split(",")]
     rounds = 2 if a.small else (8 if a.quick else a.rounds)
+    budget_s = 0.0 if a.small else (ROW_BUDGET_QUICK_S if a.quick else ROW_BUDGET_S)
     substrings = a.models.split(",") if a.models else None
     md, ok = whole_models_table(
-        run.threads, batches, rounds, substrings, a.all_models, a.profile, _engines(a.engines), run.requested
+        run.threads, batches, rounds, budget_s, substrings, a.all_models, a.profile, _engines(a.engines), run.requested
     )
     run.section("whole_models", md, ok)
 

@@ -6,11 +6,12 @@ custom-op library (onnx_pools.session_options(model=...)) and as a plugin execut
 
 Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
 around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
-pre-created OrtValues; in each of the rounds, about TARGET_S of each session (bursts of runs for the short ones):
-at 1 thread their samples alternate one by one; at more, each session takes a turn followed by a pause (its idle
-pool threads spin for a while after its runs). Reported: median over rounds of each route's round medians, the
-spread (25th-75th percentile of the rounds, % of the median), and ep / custom-op: the median of the ratios of
-samples taken one after the other (at more threads: of the rounds' medians), with their 25th-75th percentile.
+pre-created OrtValues; in each of the rounds, about TARGET_S of each session (bursts of runs for the short ones): at
+1 thread their samples alternate one by one; at more, each session takes a turn, and the next waits until its idle
+pool threads, which spin for a while after its runs, have stopped (settle_pool_threads). Reported: median over
+rounds of each route's round medians, the spread (25th-75th percentile of the rounds, % of the median), and ep /
+custom-op: the median of the ratios of samples taken one after the other (at more threads: of the rounds' medians),
+with their 25th-75th percentile.
 
 A control follows the table: a one-node Relu model, which the EP does not take, in a plain session and in a session
 with the EP, timed the same way. What it shows is ORT's own cost per run of having a plugin EP in the session, which
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -30,7 +30,7 @@ import numpy as np
 import onnx_pools
 from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
 from onnx_pools.bench.engines import bound_runner
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating, time_runs
+from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
 __all__ = ["ROUTES", "control_table", "route_cases", "routes_table"]
 
@@ -99,12 +99,12 @@ def _time_pair(fns: list[Callable[[], Any]], threads: int, rounds: int) -> tuple
         if threads == 1:
             (first, second), _ = time_alternating(fns, 2 * TARGET_S, 3, sample_s=SAMPLE_S, warmup=2, start=r)
             paired += [b / a for a, b in zip(first, second)]
-        else:  # a turn each, with a pause after it: a session's idle pool threads spin for a while and
+        else:  # a turn each, then a wait for the pool threads: a session's idle pool threads spin for a while and
             # would take a core from the other session's next sample
             first, second = [], []
             for k in (r % 2, 1 - r % 2):
                 (first, second)[k].extend(time_runs(fns[k], TARGET_S, 3, sample_s=SAMPLE_S, warmup=2)[0])
-                time.sleep(SPIN_SETTLE_S)
+                settle_pool_threads()
             paired.append(statistics.median(second) / statistics.median(first))
         per_round[0].append(statistics.median(first))
         per_round[1].append(statistics.median(second))

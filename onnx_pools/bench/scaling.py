@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import numpy as np
 
 from onnx_pools.bench.cases import Case, build_model, make_input, small_shape
-from onnx_pools.bench.timing import SPIN_SETTLE_S
+from onnx_pools.bench.timing import settle_pool_threads
 from onnx_pools.bench.workers import IsaWorker
 
 __all__ = ["SCALING_ROUNDS", "SPREAD_ROUNDS", "scaling_table", "spread_table"]
@@ -28,8 +27,8 @@ def scaling_table(
     compute-bound windowed cases (LpPool, QLinearAveragePool), each ISA timed alone: no stock or torch engine in
     the rounds, whose idle pool threads could take a core, and SCALING_ROUNDS rounds, because a ratio of two
     medians of 5 rounds scatters ±15% on a shared machine. Each turn runs for SCALING_TARGET_S and a
-    multi-threaded one is followed by a pause (a 2-thread session's spinning threads would take a core from the
-    next turn). Reports the median times and their ratio, and the quartiles of the per-round ratios."""
+    multi-threaded one is followed by a wait until its spinning pool threads have stopped (they would take a core
+    from the next turn). Reports the median times and their ratio, and the quartiles of the per-round ratios."""
     lines = [
         "| case | ISA | threads | lib ms (1 thread) | lib ms | scaling | per-round scaling, quartiles | kernel ran |",
         "|---|---|---|---|---|---|---|---|",
@@ -56,7 +55,7 @@ def scaling_table(
                     samples[(str(w.isa), t)] += ts
                     per_round[(str(w.isa), t)].append(statistics.median(ts))
                     if t > 1:
-                        time.sleep(SPIN_SETTLE_S)
+                        settle_pool_threads()
         for w in workers:
             w.call("clear")
             isa = str(w.isa)

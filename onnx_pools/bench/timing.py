@@ -4,16 +4,75 @@ through time_alternating (time_runs: of one function)."""
 from __future__ import annotations
 
 import gc
+import os
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Callable
 
-__all__ = ["SPIN_SETTLE_S", "median_time", "time_alternating", "time_runs"]
+__all__ = ["SPIN_SETTLE_S", "median_time", "settle_pool_threads", "time_alternating", "time_runs"]
 
-# After a multi-threaded engine, its idle pool threads (ORT's and OpenMP's) keep spinning for a while; in another
-# process they would take a core from the next engine timed. A pause lets them go to sleep first.
+# After a multi-threaded engine, its idle pool threads (ORT's, OpenMP's, TBB's) keep spinning for a while (an ORT
+# session's, 40-80 ms on a 2-vCPU Linux host); the next engine timed would share its cores with them.
+# settle_pool_threads waits until they have stopped; where /proc is missing, a pause of this length stands in.
 SPIN_SETTLE_S = 0.02
+# Threads count as idle when, together, they ran less than this share of a polling interval.
+_IDLE_SHARE = 0.1
+_POLL_S = 0.002
+
+
+def _process_tree() -> list[str]:
+    """This process and its children (the benchmark's worker processes)."""
+    me = str(os.getpid())
+    tree = [me]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != me:
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    # the parent pid is the second field after the command name, which may hold spaces
+                    if f.read().rsplit(")", 1)[1].split()[1] == me:
+                        tree.append(entry)
+            except (OSError, IndexError):
+                pass
+    return tree
+
+
+def _thread_run_ns(pids: list[str], caller: int) -> int:
+    """Nanoseconds run so far by every thread of `pids` except the caller's thread."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            if int(tid) == caller:
+                continue
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
+
+
+def settle_pool_threads(timeout_s: float = 0.3) -> float:
+    """Wait until no other thread of this process or of its child processes runs (spinning pool threads have
+    gone to sleep), at most `timeout_s`; the seconds waited. The caller's own thread is not counted."""
+    t0 = time.perf_counter()
+    if not os.path.exists("/proc/self/schedstat"):
+        time.sleep(SPIN_SETTLE_S)
+        return SPIN_SETTLE_S
+    pids, caller = _process_tree(), threading.get_native_id()
+    before = _thread_run_ns(pids, caller)
+    while time.perf_counter() - t0 < timeout_s:
+        time.sleep(_POLL_S)
+        now = _thread_run_ns(pids, caller)
+        if now - before < _IDLE_SHARE * _POLL_S * 1e9:
+            break
+        before = now
+    return time.perf_counter() - t0
 
 
 def time_runs(

@@ -13,15 +13,16 @@ fixed-shape demo models. The batch is chosen at run time (--batch). Each model i
   * ep:       with onnxruntime >= 1.24, onnx_pools.ep_session_options() (the plugin-EP route, its defaults).
 --engines picks some of them (stock first); the table's columns follow the sessions run. Every kernel set of --isa
 this CPU runs is a row of its own (each measured in a child process with ONNX_POOLS_ISA forced).
-Timing: interleaved rounds; in each round every session runs once untimed (its pool threads have slept through the
-pause after the previous turn) and then `reps` times back to back (reps chosen, after a warm-up, so that a session's
-turn takes about 30 ms), in an order that rotates from round to round, and the round's median is kept.
-Reported: the median over rounds, the spread (25th-75th percentile of the rounds, as a percentage of the median),
-and stock / session: the median of the per-round ratios with their 25th-75th percentile. The layout nodes of
-each optimised graph (ReorderInput / ReorderOutput, com.microsoft.nchwc ops, Transpose) are listed: a custom pool
-that ORT cannot take into its blocked layout shows up as a ReorderOutput of the pool's whole input (not for the ep
-session: ORT cannot save an optimised graph holding an EP's fused nodes). --profile adds,
-per session, ORT's profile of 10 runs summed by op type (ms per run).
+Timing: interleaved rounds; in each round every session runs once untimed (its pool threads went to sleep while the
+benchmark waited for the previous turn's to stop spinning) and then `reps` times back to back (reps chosen, after a
+warm-up, so that a session's turn takes about 30 ms), in an order that rotates from round to round, and the round's
+median is kept. --rounds (--quick: 8) is the least number of rounds; a row whose rounds took less than ROW_BUDGET_S
+(--quick: ROW_BUDGET_QUICK_S) gets more, up to MAX_ROUNDS. Reported: the median over rounds, the spread (25th-75th
+percentile of the rounds, as a percentage of the median), and stock / session: the median of the per-round ratios
+with their 25th-75th percentile. The layout nodes of each optimised graph (ReorderInput / ReorderOutput,
+com.microsoft.nchwc ops, Transpose) are listed: a custom pool that ORT cannot take into its blocked layout shows up
+as a ReorderOutput of the pool's whole input (not for the ep session: ORT cannot save an optimised graph holding an
+EP's fused nodes). --profile adds, per session, ORT's profile of 10 runs summed by op type (ms per run).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.engines import json_from_child
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_runs
+from onnx_pools.bench.timing import settle_pool_threads, time_runs
 from onnx_pools.model_tools import default_models_dir
 
 __all__ = [
@@ -67,6 +68,12 @@ TURN_S = 0.03
 # A turn is at least this many timed runs (its median): with one run per turn (models of 30 ms and more) a single
 # preempted run at 2 threads would decide a round.
 MIN_TURN_RUNS = 3
+# Models of a fraction of a millisecond get more rounds than --rounds, up to this many, within the row's time
+# budget (--quick: ROW_BUDGET_QUICK_S): at 2 threads their per-round ratios vary by +-15% on a shared 2-vCPU host,
+# more than a median of 8 rounds can settle.
+MAX_ROUNDS = 40
+ROW_BUDGET_S = 20.0
+ROW_BUDGET_QUICK_S = 6.0
 
 
 def available_engines() -> tuple[str, ...]:
@@ -196,8 +203,11 @@ def _profile(model: bytes, engine: str, threads: int, feeds: dict[str, np.ndarra
     return dict(per_op)
 
 
-def time_sessions(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int) -> dict[str, list[float]]:
-    """{engine: [per-round median seconds]} from interleaved rounds."""
+def time_sessions(
+    sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds: int, budget_s: float = 0.0
+) -> dict[str, list[float]]:
+    """{engine: [per-round median seconds]} from interleaved rounds: at least `rounds`, more (up to MAX_ROUNDS)
+    while the rounds together took less than `budget_s`."""
 
     def runner(session: Any) -> Callable[[], Any]:
         return lambda: session.run(None, feeds)
@@ -209,14 +219,16 @@ def time_sessions(sessions: dict[str, Any], feeds: dict[str, np.ndarray], rounds
         reps[e] = max(MIN_TURN_RUNS, min(20, int(TURN_S / max(min(fastest), 1e-6))))
     per_round: dict[str, list[float]] = {e: [] for e in sessions}
     order = list(sessions)
-    for r in range(rounds):
+    start, r = time.perf_counter(), 0
+    while r < rounds or (r < MAX_ROUNDS and time.perf_counter() - start < budget_s):
         for e in order[r % len(order) :] + order[: r % len(order)]:
-            # the untimed run wakes the session's pool threads, asleep since the pause
+            # the untimed run wakes the session's pool threads, asleep since the previous turn
             samples, _ = time_runs(runs[e], runs=reps[e], warmup=1)
             per_round[e].append(statistics.median(samples))
-            # a multi-threaded session's idle pool threads spin for a while after its run; the pause lets them go
+            # a multi-threaded session's idle pool threads spin for a while after its run; wait until they have gone
             # to sleep before the next session runs (else they take its cores)
-            time.sleep(SPIN_SETTLE_S)
+            settle_pool_threads()
+        r += 1
     return per_round
 
 
@@ -253,6 +265,7 @@ def measure_whole_models(
     thread_counts: list[int],
     batches: list[int],
     rounds: int,
+    budget_s: float,
     substrings: list[str] | None,
     include_all: bool,
     profile: bool,
@@ -302,7 +315,7 @@ def measure_whole_models(
                         break
                     ok_all &= ran
                     served = {e: _library_calls(sessions[e], feeds) > 0 for e in engines}
-                    rs = time_sessions(sessions, feeds, rounds)
+                    rs = time_sessions(sessions, feeds, rounds, budget_s)
                     row.update(ran=ran, served=served, ms={}, spread={}, ratio={}, iqr={})
                     for e, v in rs.items():
                         row["ms"][e] = statistics.median(v) * 1e3
@@ -337,6 +350,7 @@ def whole_models_table(
     thread_counts: list[int],
     batches: list[int],
     rounds: int,
+    budget_s: float,
     substrings: list[str] | None,
     include_all: bool,
     profile: bool,
@@ -348,7 +362,7 @@ def whole_models_table(
     models on (default: this process's), each in a child process with ONNX_POOLS_ISA forced (the ones this CPU does
     not run are left out): a process that has not run PyTorch or OpenVINO, as a user's would not have."""
     engines = tuple(engines) if engines else available_engines()
-    arguments = [thread_counts, batches, rounds, substrings, include_all, profile, list(engines)]
+    arguments = [thread_counts, batches, rounds, budget_s, substrings, include_all, profile, list(engines)]
     measured = [m for isa in isas or [onnx_pools.active_isa()] if (m := _measure_in_child(isa, arguments)) is not None]
     return _render(measured, engines), all(m["ok"] for m in measured)
 

@@ -12,14 +12,13 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 from typing import Any, Callable, Union
 
 import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
-from onnx_pools.bench.timing import SPIN_SETTLE_S, time_alternating, time_runs
+from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
 __all__ = [
     "ISA_ORDER",
@@ -219,7 +218,7 @@ def time_interleaved(
                     ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
                 samples[(engine, t)] += ts
                 if t > 1 or engine == "openvino":
-                    time.sleep(SPIN_SETTLE_S)
+                    settle_pool_threads()
     finally:
         if torch is not None:
             torch.set_num_threads(old_threads)
