@@ -120,8 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", action="store_true", help="--whole-models: ORT's profile per session")
     ap.add_argument(
         "--engines",
-        help="--whole-models: comma-separated sessions to time, stock first (default: all; stock, lib, plain, "
-        "lib-all, and ep with onnxruntime >= 1.24)",
+        help="--whole-models: comma-separated sessions to time, stock first (default: all; stock, stock-b (a "
+        "second plain session: the noise), lib, plain, lib-all, and ep with onnxruntime >= 1.24)",
     )
     return ap
 
