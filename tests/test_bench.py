@@ -169,13 +169,15 @@ def test_whole_models_on_each_kernel_set(tmp_path):
     isas = [row[columns.index("ISA")] for row in rows]
     assert "portable" in isas and set(isas) <= {"portable", "avx2"} and len(isas) == len(set(isas))
     assert all(row[0] == "lpnet_lppool_f32.onnx" for row in rows)
+    # the control session holds stock's graph: never a library kernel (°)
+    assert all(row[columns.index("stock-b vs stock")].endswith("°") for row in rows)
 
 
 @pytest.mark.parametrize(
     "mode, columns, kernel_column",
     [
         ("--denormals", ["case", "type", "threads", "lib normal ms", "lib subnormal ms", "lib tiny ms"], None),
-        ("--whole-models", ["model", "batch", "threads", "ISA", "stock ms", "lib ms"], "lib kernel ran"),
+        ("--whole-models", ["model", "batch", "threads", "ISA", "stock ms", "stock-b ms", "lib ms"], "lib kernel ran"),
         ("--qlinear-times", ["configuration", "threads", "lib min ms", "lib median ms"], "kernel ran"),
         ("--in-cache", ["case", "ISA", "threads", "lib ms", "torch ms", "openvino ms"], "lib kernel ran"),
     ],

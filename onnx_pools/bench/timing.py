@@ -83,13 +83,14 @@ def time_runs(
     sample_s: float = 0.0,
     runs: int | None = None,
     warmup: int = 1,
+    warmup_s: float = 0.0,
 ) -> tuple[list[float], int]:
     """(seconds of each sample, calls of fn made). `warmup` untimed runs first (the last of them, when timed
     alone, sizes the samples); then the samples: `runs` of them when given, else as many as take about
     `target_s` (at least min_runs, at most max_runs). A sample is one run, or with `sample_s` the mean of as many
     back-to-back runs as take about that long (runs of microseconds, where a single run is mostly the clock and
     a preemption would hit one engine alone)."""
-    samples, calls = time_alternating([fn], target_s, min_runs, max_runs, sample_s, runs, warmup)
+    samples, calls = time_alternating([fn], target_s, min_runs, max_runs, sample_s, runs, warmup, warmup_s=warmup_s)
     return samples[0], calls[0]
 
 
@@ -102,17 +103,20 @@ def time_alternating(
     runs: int | None = None,
     warmup: int = 1,
     start: int = 0,
+    warmup_s: float = 0.0,
 ) -> tuple[list[list[float]], list[int]]:
     """time_runs of several functions whose samples alternate (a sample of each in turn, the order rotating), so
     that a slow stretch of a shared machine hits them alike and sample i of each is comparable: (samples per
     function, calls per function). `target_s` is the time of all functions' samples together; `start`: the
-    function whose sample comes first (a caller timing in short calls changes it from call to call)."""
+    function whose sample comes first (a caller timing in short calls changes it from call to call); `warmup_s`: the
+    warm-up runs of each function last at least this long (after another process ran, the first few hundred
+    microseconds of runs are slower: caches, branch predictors, a core waking up)."""
     # no cyclic garbage collection inside the timed loop (as timeit): a collection in a process holding torch's and
     # OpenVINO's objects takes milliseconds and would land on whichever function happened to allocate
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _alternate(fns, target_s, min_runs, max_runs, sample_s, runs, warmup, start)
+        return _alternate(fns, target_s, min_runs, max_runs, sample_s, runs, warmup, start, warmup_s)
     finally:
         if collecting:
             gc.enable()
@@ -127,11 +131,17 @@ def _alternate(
     runs: int | None,
     warmup: int,
     start: int,
+    warmup_s: float,
 ) -> tuple[list[list[float]], list[int]]:
-    firsts = []
+    firsts, warmups = [], []
     for fn in fns:
         for _ in range(warmup - 1):
             fn()
+        extra, until = 0, time.perf_counter() + warmup_s
+        while time.perf_counter() < until:
+            fn()
+            extra += 1
+        warmups.append(warmup + extra)
         first = 1e-7
         if warmup > 0:
             t0 = time.perf_counter()
@@ -154,7 +164,7 @@ def _alternate(
             for _ in range(burst):
                 fn()
             samples[k].append((time.perf_counter() - t0) / burst)
-    return samples, [n * burst + warmup for burst, _ in bursts]
+    return samples, [n * burst + w for (burst, _), w in zip(bursts, warmups)]
 
 
 def median_time(fn: Callable[[], Any], target_s: float = 0.15, min_runs: int = 5, max_runs: int = 200) -> float:

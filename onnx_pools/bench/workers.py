@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
+TURN_WARMUP_S = 1e-3
 
 
 def _serve() -> int:
@@ -79,7 +80,14 @@ def _serve() -> int:
             before = [count(op) for count in counters]
             # each call starts with the other build: the first samples after the parent's engines ran are slower
             turns += 1
-            samples, calls = time_alternating(builds, target * len(builds), min_runs, sample_s=sample_s, start=turns)
+            samples, calls = time_alternating(
+                builds,
+                target * len(builds),
+                min_runs,
+                sample_s=sample_s,
+                start=turns,
+                warmup_s=_turn_warmup_s(sample_s),
+            )
             # with the library itself as the baseline the two builds share one counter: it counts both's runs
             ran = [
                 count(op) - b == sum(c for other, c in zip(counters, calls) if other is count)
@@ -185,6 +193,13 @@ def worker_outputs(worker: IsaWorker, model: bytes, x: np.ndarray, threads: list
 Runner = Union[IsaWorker, Callable[[], Any]]
 
 
+def _turn_warmup_s(sample_s: float) -> float:
+    """Untimed runs at the start of each turn of microsecond runs (timed in bursts of `sample_s`): a turn of them
+    is a few bursts, and the runs right after another engine's turn are slower (for whoever comes first in a
+    round, 0.85x of its later turns' speed)."""
+    return TURN_WARMUP_S if sample_s else 0.0
+
+
 def time_interleaved(
     runners: list[tuple[str, int, Runner]],
     op: str,
@@ -215,7 +230,7 @@ def time_interleaved(
                 else:
                     if engine == "torch" and torch is not None:
                         torch.set_num_threads(t)
-                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s)
+                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s, warmup_s=_turn_warmup_s(sample_s))
                 samples[(engine, t)] += ts
                 if t > 1 or engine == "openvino":
                     settle_pool_threads()
