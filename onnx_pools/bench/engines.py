@@ -26,6 +26,7 @@ __all__ = [
     "openvino_runner",
     "ort_session",
     "python_path_env",
+    "short_spin",
     "torch_module",
 ]
 
@@ -65,6 +66,20 @@ def library_at(path: str | None) -> Iterator[None]:
                 os.environ["ONNX_POOLS_LIBRARY"] = saved
 
 
+# How long the benchmark's ORT sessions' pool threads spin waiting for work before they block. ORT's default spins
+# tens of milliseconds after a run (80-90 ms on a 2-vCPU host), and the next engine timed would wait that long or
+# share its cores with them; the runs of a turn and the parallel sections of a run are microseconds apart, so they
+# spin as by default. Every session gets it: stock's, the library's, the EP's.
+SPIN_US = 1000
+
+
+def short_spin(so: Any) -> Any:
+    """`so` with its intra-op pool threads spinning at most SPIN_US before they block (onnxruntime >= 1.27 reads
+    the key; older ones ignore it, and the benchmark waits for their spinning to end)."""
+    so.add_session_config_entry("session.intra_op.spin_duration_us", str(SPIN_US))
+    return so
+
+
 def ort_session(model: bytes, library: bool, threads: int, library_path: str | None = None) -> Any:
     """A sequential CPU session of the model at `threads` intra-op threads: with the library (or the build at
     `library_path`) registered for the model (onnx_pools.session_options(model=...)), or stock."""
@@ -79,7 +94,7 @@ def ort_session(model: bytes, library: bool, threads: int, library_path: str | N
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, short_spin(so), providers=["CPUExecutionProvider"])
 
 
 def bound_runner(sess: Any, x: np.ndarray) -> tuple[Callable[[], Any], np.ndarray]:

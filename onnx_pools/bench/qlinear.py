@@ -13,7 +13,7 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.cases import Q3X3_ATTRS, QAVG3X3, Case, build_model, make_input, small_shape
-from onnx_pools.bench.engines import library_at, torch_module
+from onnx_pools.bench.engines import library_at, short_spin, torch_module
 from onnx_pools.bench.timing import time_alternating, time_runs
 
 __all__ = ["qlinear_cases", "qlinear_table"]
@@ -46,7 +46,7 @@ def _session(model: bytes, threads: int, library: str | None) -> Any:
         so = onnx_pools.session_options(ops="all", model=model)
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, short_spin(so), providers=["CPUExecutionProvider"])
 
 
 def qlinear_table(threads: int, baseline: str | None, small: bool) -> tuple[str, bool]:

@@ -29,7 +29,7 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, small_shape
-from onnx_pools.bench.engines import bound_runner
+from onnx_pools.bench.engines import bound_runner, short_spin
 from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
 __all__ = ["ROUTES", "control_table", "route_cases", "routes_table"]
@@ -78,7 +78,7 @@ def _session(route: str, model: bytes, threads: int) -> Any:
         so = onnx_pools.ep_session_options(so)
     elif route == "custom-op":
         so = onnx_pools.session_options(so, model=model)
-    return ort.InferenceSession(model, so)
+    return ort.InferenceSession(model, short_spin(so))
 
 
 def _percentile(values: list[float], q: float) -> float:

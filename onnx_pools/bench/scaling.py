@@ -55,7 +55,7 @@ def scaling_table(
                     samples[(str(w.isa), t)] += ts
                     per_round[(str(w.isa), t)].append(statistics.median(ts))
                     if t > 1:
-                        settle_pool_threads()
+                        settle_pool_threads([w.process.pid for w in workers])
         for w in workers:
             w.call("clear")
             isa = str(w.isa)

@@ -14,28 +14,13 @@ from typing import Any, Callable
 __all__ = ["SPIN_SETTLE_S", "median_time", "settle_pool_threads", "time_alternating", "time_runs"]
 
 # After a multi-threaded engine, its idle pool threads (ORT's, OpenMP's, TBB's) keep spinning for a while (an ORT
-# session's, 40-80 ms on a 2-vCPU Linux host); the next engine timed would share its cores with them.
-# settle_pool_threads waits until they have stopped; where /proc is missing, a pause of this length stands in.
+# session's, by default, 80-90 ms on a 2-vCPU Linux host: engines.short_spin shortens it); the next engine timed
+# would share its cores with them. settle_pool_threads waits until they have stopped; where /proc is missing, a
+# pause of this length stands in.
 SPIN_SETTLE_S = 0.02
 # Threads count as idle when, together, they ran less than this share of a polling interval.
 _IDLE_SHARE = 0.1
 _POLL_S = 0.002
-
-
-def _process_tree() -> list[str]:
-    """This process and its children (the benchmark's worker processes)."""
-    me = str(os.getpid())
-    tree = [me]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and entry != me:
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    # the parent pid is the second field after the command name, which may hold spaces
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        tree.append(entry)
-            except (OSError, IndexError):
-                pass
-    return tree
 
 
 def _thread_run_ns(pids: list[str], caller: int) -> int:
@@ -57,14 +42,15 @@ def _thread_run_ns(pids: list[str], caller: int) -> int:
     return total
 
 
-def settle_pool_threads(timeout_s: float = 0.3) -> float:
-    """Wait until no other thread of this process or of its child processes runs (spinning pool threads have
-    gone to sleep), at most `timeout_s`; the seconds waited. The caller's own thread is not counted."""
+def settle_pool_threads(children: Sequence[int] = (), timeout_s: float = 0.3) -> float:
+    """Wait until no other thread of this process or of the processes `children` (the benchmark's workers) runs
+    (spinning pool threads have gone to sleep), at most `timeout_s`; the seconds waited. The caller's own thread is
+    not counted."""
     t0 = time.perf_counter()
     if not os.path.exists("/proc/self/schedstat"):
         time.sleep(SPIN_SETTLE_S)
         return SPIN_SETTLE_S
-    pids, caller = _process_tree(), threading.get_native_id()
+    pids, caller = [str(os.getpid()), *map(str, children)], threading.get_native_id()
     before = _thread_run_ns(pids, caller)
     while time.perf_counter() - t0 < timeout_s:
         time.sleep(_POLL_S)

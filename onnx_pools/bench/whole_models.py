@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 import onnx_pools
-from onnx_pools.bench.engines import json_from_child
+from onnx_pools.bench.engines import json_from_child, short_spin
 from onnx_pools.bench.timing import settle_pool_threads, time_runs
 from onnx_pools.model_tools import default_models_dir
 
@@ -158,6 +158,7 @@ def _options(
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    short_spin(so)
     if optimized_path:
         so.optimized_model_filepath = optimized_path
     if profile_prefix:

@@ -233,7 +233,7 @@ def time_interleaved(
                     ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s, warmup_s=_turn_warmup_s(sample_s))
                 samples[(engine, t)] += ts
                 if t > 1 or engine == "openvino":
-                    settle_pool_threads()
+                    settle_pool_threads([w.process.pid for w in workers])
     finally:
         if torch is not None:
             torch.set_num_threads(old_threads)
