@@ -335,6 +335,58 @@ auto unordered(V a, V b) {
 }
 #endif
 
+#if defined(__SSE2__) && !defined(__AVX__)
+// SSE2's long channels (max_streams<1, 2, A, true>): the paired loop's steps four at a time, each running maximum
+// taking its 8 vectors as a tree whose every node keeps the earlier of equal values (the value of taking them in
+// turn, as the paired loop does), at one load, one max and one multiply per vector. The NaN test is the multiply:
+// a product of +0 and the elements stays a zero unless an element is NaN or infinite, and stays NaN once NaN; it
+// runs on the multiply units while compares and maxima share the adder's, which the maxima alone fill. The loads and
+// products are single instructions in asm: the compiler otherwise loads a vector twice rather than copy it, or
+// multiplies into the loaded copy and moves the product back, each an extra instruction per vector where the loop
+// is bound by the instructions it issues. Returns the elements taken (a multiple of 16 vectors); `suspect` is set if
+// a NaN or an infinity came by, the maxima then being of no use (the caller scans again, testing each vector).
+template <class A>
+[[gnu::always_inline]] inline int64_t max_pairs_unrolled(const A* a, int64_t n, typename Simd<A>::Value* m,
+                                                         bool& suspect) {
+  using V = typename Simd<A>::Value;
+  constexpr int N = Simd<A>::kLength;
+  constexpr int64_t kStep = 16 * N;
+  auto load = [](const A* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    __asm__("" : "+x"(v));
+    return v;
+  };
+  auto multiply = [](V& product, V v) {
+    if constexpr (std::is_same_v<A, float>) __asm__("mulps %1, %0" : "+x"(product) : "x"(v));
+    else __asm__("mulpd %1, %0" : "+x"(product) : "x"(v));
+  };
+  auto later_first = [](V later, V earlier) { return later > earlier ? later : earlier; };
+  V p0 = {}, p1 = {}, p2 = {}, p3 = {}, p4 = {}, p5 = {}, p6 = {}, p7 = {};
+  // step s's vectors k and K + k (K = 2) at a + 4 N s + N k and a + 4 N s + N (2 + k)
+  auto pair = [&](const A* q, V& first_product, V& second_product) {
+    const V first = load(q), second = load(q + 2 * N);
+    multiply(first_product, first);
+    multiply(second_product, second);
+    return later_first(second, first);
+  };
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    const A* q = a + i;
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; ++k) {
+      const V s01 = later_first(pair(q + 4 * N + k * N, p2, p3), pair(q + k * N, p0, p1));
+      const V s23 = later_first(pair(q + 12 * N + k * N, p6, p7), pair(q + 8 * N + k * N, p4, p5));
+      m[k] = later_first(later_first(s23, s01), m[k]);
+    }
+  }
+  const V products = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7));
+  using E = typename Simd<A>::MaskElement;
+  suspect = fold_halves<E, kVectorBytes>(products != products, [](auto low, auto high) { return low | high; }) != 0;
+  return i;
+}
+#endif
+
 // The maxima of G channels side by side (channel g at a + g * stride, n >= one native vector each), each from
 // `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
 // per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
@@ -354,6 +406,16 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   M nan[K] = {};  // one per running maximum: GCC turns the ORs into a chain of selects when they share one
   int64_t i = 0;
   if constexpr (Paired) {
+#if defined(__SSE2__) && !defined(__AVX__)
+    if constexpr (G == 1 && K == 2) {
+      bool suspect = false;
+      i = max_pairs_unrolled(a, n, m[0], suspect);
+      if (suspect) {  // a NaN or an infinity: the same steps again from the start, each vector tested
+        i = 0;
+        for (auto& v : m[0]) v = S::splat(start);
+      }
+    }
+#endif
     for (; i + 2 * K * N <= n; i += 2 * K * N) {
       V v[G * K], w[G * K];
       for (int g = 0; g < G; ++g) {
