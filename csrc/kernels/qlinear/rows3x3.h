@@ -100,6 +100,28 @@ ShortRule find_short_rule(const Requantiser<Q, int16_t>& r, int64_t valid) {
   return {};
 }
 
+// find_short_rule through a per-thread memory of the last few (a pool is rebuilt whenever a call's parameters differ
+// from the last call's on the thread: models with several such nodes alternate them).
+template <class Q>
+ShortRule remembered_short_rule(const Requantiser<Q, int16_t>& r, int64_t valid) {
+  struct Entry {
+    double scale, y_zero;
+    int32_t x_zero_point;
+    int64_t valid;
+    ShortRule rule;
+  };
+  thread_local Entry memory[16] = {};  // valid == 0: empty
+  thread_local int next = 0;
+  const double scale = r.window_scale(valid);
+  for (const Entry& e : memory) {
+    if (e.valid == valid && e.scale == scale && e.y_zero == r.y_zero && e.x_zero_point == r.x_zero_point) return e.rule;
+  }
+  memory[next] = {scale, r.y_zero, r.x_zero_point, valid, find_short_rule(r, valid)};
+  const ShortRule rule = memory[next].rule;
+  next = (next + 1) % 16;
+  return rule;
+}
+
 template <class Q>
 class Rows3x3Pool {
   using Lanes = RequantiseLanes<Q>;
@@ -155,7 +177,7 @@ class Rows3x3Pool {
         kind[rows][cols] = equal ? (odd ? Ties::None : even) : marked ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
-      if (middle_[rows] == Ties::None) short_rule_[rows] = find_short_rule(requantiser_, 3 * rows);
+      if (middle_[rows] == Ties::None) short_rule_[rows] = remembered_short_rule(requantiser_, 3 * rows);
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
       const bool down = edge == Ties::OrtOnly && d_ < kLength;  // a few lanes of a vector: down the rows (edge_columns)
