@@ -36,7 +36,8 @@ SHAPES = [
 # (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.02 (ratio 1.5) and
 # 0.045 / 0.01 (4.5) put count 9 windows near ties too, so the middle columns' marks are settled; equal scales of
 # 1e-32 (below 2^-100) settle the edges' ties after the float pass instead of taking ORT's value for every edge window;
-# equal scales with the zero points at the range's ends: the 9-element windows' whole values (Ties::Ninths) saturated
+# equal scales with the zero points at the range's ends: the 9-element windows' whole values (Ties::Whole, by a
+# ShortRule) saturated
 SCALES = [
     (0.05, 0.05, "equal"),
     (1e-32, 1e-32, "equal"),

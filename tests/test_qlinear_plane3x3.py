@@ -22,8 +22,10 @@ SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 6
 # 0.09 / 0.02 (4.5) puts every other 9-element window within rounding noise of a tie (the middle rows must mark),
 # 0.05 / 0.031 none of them (they need not); equal scales of 1e-32 (below 2^-100) settle the edges' ties without
 # taking ORT's value for every edge output (Ties::Rare, not OrtOnly); equal scales with the zero points at the
-# range's ends: the 9-element windows' whole values (Ties::Ninths) saturated at Q's lowest
+# range's ends: the 9-element windows' whole values (Ties::Whole, by a ShortRule) saturated at Q's lowest; 0.02 /
+# 0.015 (4/3): distinct scales whose 9-element windows (and with count_include_pad every window) take a ShortRule too
 SCALES = [
+    (0.02, 0.015, "random"),
     (0.05, 0.05, "equal"),
     (0.05, 0.05, "high low"),
     (1e-32, 1e-32, "equal"),

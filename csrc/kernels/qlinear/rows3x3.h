@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
@@ -40,8 +41,86 @@ constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); 
 // How the float pass's marks of a kind of window are handled: never marked (None), now and then (Rare: a vector
 // with marks is settled), or, with equal scales and an even count, a sixth of them on ties, where ORT's value
 // decides every value (OrtOnly: within 3e-4 of the exact value, which, not on a tie, is at least 1/18 from one).
-// Ninths (the middle only): None with equal scales and windows of nine elements, the values whole, in int16.
-enum class Ties { None, Rare, OrtOnly, Ninths };
+// Whole (the middle only): None, and every value the window can hold given exactly by a ShortRule, in int16.
+enum class Ties { None, Rare, OrtOnly, Whole };
+
+// The requantisation of the windows of one element count in int16 lanes, without floats: y = (((difference +
+// offset) as uint16 x multiplier) >> (16 + shift)) + add, wrapping in int16, saturated to Q's range. Found by
+// find_short_rule, which tries it on every difference such windows can hold.
+struct ShortRule {
+  bool found = false;
+  int16_t offset = 0, add = 0;
+  uint16_t multiplier = 0;
+  int shift = 0;
+  uint16_t product(int32_t difference) const {
+    const uint32_t t = static_cast<uint16_t>(difference + offset);
+    return static_cast<uint16_t>(((t * multiplier) >> 16) >> shift);
+  }
+  template <class Q>
+  int32_t apply(int32_t difference) const {
+    const int32_t r = static_cast<int16_t>(static_cast<uint16_t>(product(difference) + static_cast<uint16_t>(add)));
+    return max_of<int32_t>(std::numeric_limits<Q>::min(), min_of<int32_t>(r, std::numeric_limits<Q>::max()));
+  }
+};
+
+// A ShortRule giving, for every difference of a window of `valid` elements, the rounding rule's value (the exact
+// value rounded; none near a tie, else no rule), or one not found. The multipliers near scale x 2^(16 + shift), the
+// largest shift that fits them, and up to 256 offsets (the phases of scales in up to 256ths) are tried, each
+// rejected at its first wrong value (the differences visited spread out).
+template <class Q>
+ShortRule find_short_rule(const Requantiser<Q, int16_t>& r, int64_t valid) {
+  const int32_t lo = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::min() - r.x_zero_point);
+  const int32_t hi = static_cast<int32_t>(valid) * (std::numeric_limits<Q>::max() - r.x_zero_point);
+  const int32_t size = hi - lo + 1, spread = size % 997 == 0 ? 991 : 997;  // a step coprime to size
+  const double scale = r.window_scale(valid);
+  if (!(scale > 0 && scale < 1) || size > 4096) return {};
+  std::vector<int32_t> target(static_cast<size_t>(size));
+  for (int32_t d = lo; d <= hi; ++d) {
+    const double exact = clamp_to<Q>(static_cast<double>(d) * scale + r.y_zero);
+    if (near_tie(exact)) return {};
+    target[static_cast<size_t>(d - lo)] = to_quantized<Q>(exact);
+  }
+  int shift = 0;
+  while (shift < 15 && scale * std::ldexp(1.0, 17 + shift) < 65535) ++shift;
+  {
+    const double m0 = std::floor(scale * std::ldexp(1.0, 16 + shift));
+    for (double m = m0 - 1; m <= m0 + 2; ++m) {
+      if (m < 1 || m > 65535) continue;
+      for (int32_t offset = -lo; offset < min_of<int32_t>(-lo + 256, 65536 - size - lo); ++offset) {
+        ShortRule rule{true, static_cast<int16_t>(offset), 0, static_cast<uint16_t>(m), shift};
+        const int32_t add = target[static_cast<size_t>(-lo)] - rule.product(0);  // difference 0: y_zero_point
+        if (add < std::numeric_limits<int16_t>::min() || add > std::numeric_limits<int16_t>::max()) continue;
+        rule.add = static_cast<int16_t>(add);
+        int32_t k = 0, at = 0;
+        for (; k < size && rule.apply<Q>(lo + at) == target[static_cast<size_t>(at)]; ++k) at = (at + spread) % size;
+        if (k == size) return rule;
+      }
+    }
+  }
+  return {};
+}
+
+// find_short_rule through a per-thread memory of the last few (a pool is rebuilt whenever a call's parameters differ
+// from the last call's on the thread: models with several such nodes alternate them).
+template <class Q>
+ShortRule remembered_short_rule(const Requantiser<Q, int16_t>& r, int64_t valid) {
+  struct Entry {
+    double scale, y_zero;
+    int32_t x_zero_point;
+    int64_t valid;
+    ShortRule rule;
+  };
+  thread_local Entry memory[16] = {};  // valid == 0: empty
+  thread_local int next = 0;
+  const double scale = r.window_scale(valid);
+  for (const Entry& e : memory) {
+    if (e.valid == valid && e.scale == scale && e.y_zero == r.y_zero && e.x_zero_point == r.x_zero_point) return e.rule;
+  }
+  memory[next] = {scale, r.y_zero, r.x_zero_point, valid, find_short_rule(r, valid)};
+  const ShortRule rule = memory[next].rule;
+  next = (next + 1) % 16;
+  return rule;
+}
 
 template <class Q>
 class Rows3x3Pool {
@@ -98,6 +177,7 @@ class Rows3x3Pool {
         kind[rows][cols] = equal ? (odd ? Ties::None : even) : marked ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
+      if (middle_[rows] == Ties::None) short_rule_[rows] = remembered_short_rule(requantiser_, 3 * rows);
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
       const bool down = edge == Ties::OrtOnly && d_ < kLength;  // a few lanes of a vector: down the rows (edge_columns)
@@ -164,13 +244,14 @@ class Rows3x3Pool {
     if (middle != Ties::None)
       return middle == Ties::Rare ? rows<kRows, Ties::Rare, Ties::Rare>(x, y, begin, end)
                                   : rows<kRows, Ties::OrtOnly, Ties::OrtOnly>(x, y, begin, end);
-    const bool ninths = requantiser_.marks_are_ties && (q_.count_include_pad || kRows == WindowRows::Both);
+    // (blocks of rows with block_scales_ take them, for the rows' ends)
+    const bool whole = short_rule_[row_count(kRows)].found && !(kRows == WindowRows::Both && block_scales_);
     if (edge == Ties::OrtOnly)
-      return ninths ? rows<kRows, Ties::Ninths, Ties::OrtOnly>(x, y, begin, end)
-                    : rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
+      return whole ? rows<kRows, Ties::Whole, Ties::OrtOnly>(x, y, begin, end)
+                   : rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
     if (edge == Ties::Rare) return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
-    return ninths ? rows<kRows, Ties::Ninths, Ties::None>(x, y, begin, end)
-                  : rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
+    return whole ? rows<kRows, Ties::Whole, Ties::None>(x, y, begin, end)
+                 : rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
   }
 
   // Output rows [begin, end), which share which neighbour rows they have; kMiddle: the marks of the windows of
@@ -185,6 +266,7 @@ class Rows3x3Pool {
     const int64_t n = n_, d = d_, middle_end = n_ - d_, right = n_ - d_ - kLength;
     const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
     const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
+    const ShortRule rule = short_rule_[rows_valid];
     const int16_t* sums = nullptr;         // the row's (or block's) column sums, d zeros on each side
     const float* const* rows_f = nullptr;  // where every vector of the middle or of the edges needs them
     Q* yr = nullptr;
@@ -216,8 +298,9 @@ class Rows3x3Pool {
     auto step = [&](int64_t i, Q* base, auto per_value) __attribute__((always_inline)) {
       Q* out = base + i;
       Ints outs[4];
-      if constexpr (kMiddle == Ties::Ninths) {
-        return Lanes::narrow_shorts(ninths(window_sums16(sums, i)), ninths(window_sums16(sums, i + 2 * kLength)), out);
+      if constexpr (kMiddle == Ties::Whole) {
+        return Lanes::narrow_shorts(whole(window_sums16(sums, i), rule),
+                                    whole(window_sums16(sums, i + 2 * kLength), rule), out);
       } else if constexpr (kMiddle == Ties::OrtOnly) {
         for (int v = 0; v < 4; ++v) outs[v] = ort_values(rows_f, i + v * kLength, count);
       } else {
@@ -255,7 +338,8 @@ class Rows3x3Pool {
     // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
     // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns).
     const bool blocks = kRows == WindowRows::Both && kEdge == Ties::None && block_rows_ > 1 &&
-                        (kMiddle == Ties::None || (kMiddle == Ties::Ninths && (q_.count_include_pad || edge_columns_)));
+                        (kMiddle == Ties::None || kMiddle == Ties::Whole) &&
+                        (q_.count_include_pad || edge_columns_ || (kMiddle == Ties::None && block_scales_));
     for (; blocks && r + 1 < end; r += block_rows_) {
       const int64_t rows = min_of(block_rows_, end - r), length = rows * (n + d) - d;
       for (int64_t k = 0; k < rows; ++k) column_sums<kRows>(x + (r + k) * n, column_sums_ + d + k * (n + d));
@@ -264,7 +348,7 @@ class Rows3x3Pool {
         for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), block_out_, per_value);
       };
       kMiddle == Ties::None&& block_scales_ ? steps(std::true_type{}) : steps(std::false_type{});
-      for (int64_t k = 0; k < rows; ++k) std::memcpy(y + (r + k) * n, block_out_ + k * (n + d), static_cast<size_t>(n));
+      for (int64_t k = 0; k < rows; ++k) copy_row(block_out_ + k * (n + d), y + (r + k) * n);
     }
     if (r < end) column_sums<kRows>(x + r * n, row_sums(r));
     for (; r < end; ++r) {
@@ -399,11 +483,20 @@ class Rows3x3Pool {
                           Lanes::half_shorts_at(sums + i + d_));
   }
 
-  // With equal scales a window of nine elements is y_zero_point + its difference / 9 rounded (never a tie): the
-  // difference plus 4 divided by 9 rounded down, made positive, as the high half of its product by 2^16 / 9 rounded
-  // up (exact below 2^15).
-  Shorts ninths(Shorts difference) const {
-    return Lanes::high_product(difference + (4 + 9 * 256), 7282) + static_cast<int16_t>(q_.y_zero_point - 256);
+  // A vector of window values requantised by a ShortRule.
+  static Shorts whole(Shorts difference, const ShortRule& rule) {
+    typedef uint16_t UShorts __attribute__((vector_size(sizeof(Shorts))));
+    const Shorts product = Lanes::high_product(difference + rule.offset, rule.multiplier);
+    return Shorts(UShorts(product) >> rule.shift) + rule.add;
+  }
+
+  // A row of n_ (at least kStep) values from a block to the output, a vector at a time (the last moved back).
+  void copy_row(const Q* from, Q* to) const {
+    if (n_ < kStep) return static_cast<void>(std::memcpy(to, from, static_cast<size_t>(n_)));
+    for (int64_t at = 0; at < n_; at += kStep) {
+      const int64_t j = min_of(at, n_ - kStep);
+      std::memcpy(to + j, from + j, kStep);
+    }
   }
 
   // Whether the float pass marks any window of `valid` elements (1..9), every sum it can hold tried.
@@ -427,6 +520,7 @@ class Rows3x3Pool {
   const int64_t h_, w_, d_, n_, block_rows_;  // n_: values of a row; block_rows_: of a block (see rows), if > 1
   const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
   float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
+  ShortRule short_rule_[4];                   // [rows]: of the windows of three columns (Ties::Whole)
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
   int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
