@@ -53,10 +53,10 @@ __all__ = [
     "whole_models_table",
 ]
 
-ENGINES: tuple[str, ...] = ("stock", "stock-b", "lib", "plain", "lib-all")
-# Sessions that hold stock's very graph: their ratio to stock is the machine's noise, the band in which a session
-# that runs stock's graph (the ° rows) is not slower than stock.
+# A second session that holds stock's very graph: its ratio to stock is the machine's noise, the band in which a
+# session that runs stock's graph (the ° rows) is not slower than stock.
 CONTROL = "stock-b"
+ENGINES: tuple[str, ...] = ("stock", CONTROL, "lib", "plain", "lib-all")
 NP_TYPES: dict[str, Any] = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
