@@ -271,7 +271,7 @@ def _small_planes(run: _Run) -> None:
 def _routes(run: _Run) -> None:
     import onnxruntime as ort
 
-    from onnx_pools.bench.routes import ROUNDS, routes_table
+    from onnx_pools.bench.routes import ROUNDS, ROUNDS_QUICK, routes_table
     from onnx_pools.ep import EP_MIN_ORT_VERSION
 
     if tuple(int(p) for p in ort.__version__.split(".")[:2]) < EP_MIN_ORT_VERSION:
@@ -280,7 +280,7 @@ def _routes(run: _Run) -> None:
         )
         return
     subs = [c.strip() for c in run.args.cases.split(",") if c.strip()] if run.args.cases else None
-    rounds = 2 if run.args.small else 8 if run.args.quick else ROUNDS
+    rounds = 2 if run.args.small else ROUNDS_QUICK if run.args.quick else ROUNDS
     run.section("routes", *routes_table(run.threads, rounds, run.args.small, subs))
 
 

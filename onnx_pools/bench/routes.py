@@ -2,7 +2,7 @@
 custom-op library (onnx_pools.session_options(model=...)) and as a plugin execution provider
 (onnx_pools.ep_session_options(), onnxruntime >= 1.24), in one process, for representative cases of every op.
 
-    python -m onnx_pools.bench.routes [--threads 1,2] [--rounds 20] [--cases SUBSTRINGS] [--small] [--markdown FILE]
+    python -m onnx_pools.bench.routes [--threads 1,2] [--rounds 60] [--cases SUBSTRINGS] [--small] [--markdown FILE]
 
 Both sessions run the library's kernel (checked with its call counters), so what differs is what each route puts
 around it: ORT's custom-op kernel adapter or the EP's kernel, and the EP's node placement. Timing: IOBinding with
@@ -32,10 +32,13 @@ from onnx_pools.bench.cases import Case, build_model, make_cases, make_input, sm
 from onnx_pools.bench.engines import bound_runner, short_spin
 from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
-__all__ = ["ROUTES", "control_table", "route_cases", "routes_table"]
+__all__ = ["ROUNDS", "ROUNDS_QUICK", "ROUTES", "control_table", "route_cases", "routes_table"]
 
 ROUTES = ("custom-op", "ep")
-ROUNDS = 20
+ROUNDS = 60
+# --quick: at 2 threads the rounds' ratios vary by +-5-10% on a shared 2-vCPU host; 30 rounds settle their median to
+# about 1%, at about 25 s per thread count
+ROUNDS_QUICK = 30
 TARGET_S = 0.03
 SAMPLE_S = 300e-6  # a sample is the mean of a burst of runs this long (the tiny cases run in microseconds)
 # Labels (with shapes) of the default table's cases timed here: a large and a tiny one of every op, and the

@@ -380,6 +380,8 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     ratios: dict[str, list[float]] = {e: [] for e in engines[1:]}
     ratios_served: dict[str, list[float]] = {e: [] for e in engines[1:]}  # where the session ran a library kernel
+    # where it ran none: (its ratio, the control's on the same row)
+    unserved: dict[str, list[tuple[float, float]]] = {e: [] for e in engines[1:] if e != CONTROL}
     rows = sorted(
         ((m["isa"], k, row) for m in measured for k, row in enumerate(m["rows"])),
         key=lambda item: (item[2]["name"], item[2]["batch"] or 0, item[2]["threads"], item[1]),
@@ -394,6 +396,8 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
             ratios[e].append(row["ratio"][e])
             if row["served"][e]:
                 ratios_served[e].append(row["ratio"][e])
+            elif e in unserved and CONTROL in row["ratio"]:
+                unserved[e].append((row["ratio"][e], row["ratio"][CONTROL]))
             low, high = row["iqr"][e]
             cells.append(f"{row['ratio'][e]:.2f} ({low:.2f}-{high:.2f})" + ("" if row["served"][e] else "°"))
         lines.append(
@@ -424,6 +428,14 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
                     f"; where it ran a library kernel: geomean {np.exp(np.mean(np.log(w))):.3f}, worst {min(w):.3f} "
                     f"over {len(w)}"
                 )
+    for e, pairs in unserved.items():
+        if pairs:
+            own, control = (np.array(v) for v in zip(*pairs))
+            lines.append(
+                f"- {e} vs stock where it ran no library kernel: geomean {np.exp(np.mean(np.log(own))):.3f}, "
+                f"worst {own.min():.3f} over {len(own)}; {CONTROL} vs stock on the same rows: geomean "
+                f"{np.exp(np.mean(np.log(control))):.3f}, worst {control.min():.3f}"
+            )
     if any(len(ratios_served[e]) < len(v) for e, v in ratios.items() if e != CONTROL):
         lines.append(
             "- °: the session ran no library kernel in that model (ORT ran every node); where it also runs stock's "
