@@ -22,8 +22,9 @@ median is kept. --rounds (--quick: 8) is the least number of rounds; a row whose
 percentile of the rounds, as a percentage of the median), and stock / session: the median of the per-round ratios
 with their 25th-75th percentile. The layout nodes of each optimised graph (ReorderInput / ReorderOutput,
 com.microsoft.nchwc ops, Transpose) are listed: a custom pool that ORT cannot take into its blocked layout shows up
-as a ReorderOutput of the pool's whole input (not for the ep session: ORT cannot save an optimised graph holding an
-EP's fused nodes). --profile adds, per session, ORT's profile of 10 runs summed by op type (ms per run).
+as a ReorderOutput of the pool's whole input ("-" for an ep session that fused QDQ units into nodes of its own: ORT
+cannot save an optimised graph holding compiled nodes). --profile adds, per session, ORT's profile of 10 runs summed
+by op type (ms per run).
 """
 
 from __future__ import annotations
@@ -191,6 +192,14 @@ def layout_nodes(path: str) -> str:
     return ", ".join(f"{k} x{v}" for k, v in sorted(c.items())) or "none"
 
 
+def graph_nodes(path: str) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """An optimised graph's nodes (op type, domain, inputs, outputs), in order: two sessions that save equal lists
+    run the same kernels of the same provider on the same tensors."""
+    import onnx
+
+    return [(n.op_type, n.domain, tuple(n.input), tuple(n.output)) for n in onnx.load(path).graph.node]
+
+
 def _profile(model: bytes, engine: str, threads: int, feeds: dict[str, np.ndarray], tmp: str) -> dict[str, float]:
     """{op type: ms per run} from ORT's profiler over 10 runs (after one warm-up run)."""
     import onnxruntime as ort
@@ -295,13 +304,21 @@ def measure_whole_models(
             for batch in batch_sizes:
                 for t in thread_counts:
                     row: dict[str, Any] = {"name": name, "batch": batch, "threads": t}
-                    sessions, layouts = {}, {}
+                    sessions, layouts, graphs = {}, {}, {}
                     try:
                         for e in engines:
-                            # ORT cannot save an optimised graph holding an EP's fused nodes: no listing for "ep"
-                            path = None if e in ("ep", CONTROL) else os.path.join(tmp, f"{e}.onnx")
-                            sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
+                            path = None if e == CONTROL else os.path.join(tmp, f"{e}.onnx")
+                            try:
+                                sessions[e] = ort.InferenceSession(model, _options(e, model, t, path))
+                            except Exception:
+                                if e != "ep":
+                                    raise
+                                # ORT cannot save a graph holding an EP's fused (compiled) nodes: the session without
+                                path = None
+                                sessions[e] = ort.InferenceSession(model, _options(e, model, t))
                             layouts[e] = layout_nodes(path) if path else "-"
+                            if path:
+                                graphs[e] = graph_nodes(path)
                     except Exception as exc:  # e.g. a model stock ORT cannot run
                         rows.append({**row, "error": str(exc).splitlines()[0][:80]})
                         break
@@ -321,7 +338,9 @@ def measure_whole_models(
                     ok_all &= ran
                     served = {e: _library_calls(sessions[e], feeds) > 0 for e in engines}
                     rs = time_sessions(sessions, feeds, rounds, budget_s)
-                    row.update(ran=ran, served=served, ms={}, spread={}, ratio={}, iqr={})
+                    # the sessions that run stock's optimised graph node for node
+                    same_graph = {e: e in graphs and graphs[e] == graphs.get("stock") for e in engines}
+                    row.update(ran=ran, served=served, same_graph=same_graph, ms={}, spread={}, ratio={}, iqr={})
                     for e, v in rs.items():
                         row["ms"][e] = statistics.median(v) * 1e3
                         row["spread"][e] = 100 * (_percentile(v, 75) - _percentile(v, 25)) / statistics.median(v)
@@ -382,6 +401,7 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
     ratios_served: dict[str, list[float]] = {e: [] for e in engines[1:]}  # where the session ran a library kernel
     # where it ran none: (its ratio, the control's on the same row)
     unserved: dict[str, list[tuple[float, float]]] = {e: [] for e in engines[1:] if e != CONTROL}
+    stock_graph: dict[str, int] = {e: 0 for e in unserved}  # of those rows, how many ran stock's optimised graph
     rows = sorted(
         ((m["isa"], k, row) for m in measured for k, row in enumerate(m["rows"])),
         key=lambda item: (item[2]["name"], item[2]["batch"] or 0, item[2]["threads"], item[1]),
@@ -398,6 +418,7 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
                 ratios_served[e].append(row["ratio"][e])
             elif e in unserved and CONTROL in row["ratio"]:
                 unserved[e].append((row["ratio"][e], row["ratio"][CONTROL]))
+                stock_graph[e] += bool(row.get("same_graph", {}).get(e))
             low, high = row["iqr"][e]
             cells.append(f"{row['ratio'][e]:.2f} ({low:.2f}-{high:.2f})" + ("" if row["served"][e] else "°"))
         lines.append(
@@ -434,19 +455,20 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
             lines.append(
                 f"- {e} vs stock where it ran no library kernel: geomean {np.exp(np.mean(np.log(own))):.3f}, "
                 f"worst {own.min():.3f} over {len(own)}; {CONTROL} vs stock on the same rows: geomean "
-                f"{np.exp(np.mean(np.log(control))):.3f}, worst {control.min():.3f}"
+                f"{np.exp(np.mean(np.log(control))):.3f}, worst {control.min():.3f}; {stock_graph[e]} of these "
+                f"{len(own)} ran stock's optimised graph node for node"
             )
     if any(len(ratios_served[e]) < len(v) for e, v in ratios.items() if e != CONTROL):
         lines.append(
             "- °: the session ran no library kernel in that model (ORT ran every node); where it also runs stock's "
-            "optimised graph (the layout listing below), its ratio measures the machine, as stock-b's does"
+            "optimised graph (compared node for node), its ratio measures the machine, as stock-b's does"
         )
     layouts_seen: dict[str, dict[str, str]] = {}
     for m in measured:
         for name, layouts in m["layouts"].items():
             layouts_seen.setdefault(name, layouts)
     lines += ["", "Layout nodes of the optimised graphs (ORT_ENABLE_ALL):", ""]
-    listed = [e for e in engines if e not in ("ep", CONTROL)]
+    listed = [e for e in engines if e != CONTROL]
     lines += ["| model | " + " | ".join(listed) + " |", "|" + "---|" * (len(listed) + 1)]
     for name, layouts in layouts_seen.items():
         lines.append(f"| {name} | " + " | ".join(layouts[e] for e in listed) + " |")
