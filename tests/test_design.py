@@ -277,3 +277,34 @@ def test_readme_is_short_with_a_generated_performance_block():
     tables = (ROOT / "docs" / "performance.md").read_text()
     begin, end = "<!-- perf-tables:begin -->", "<!-- perf-tables:end -->"
     assert tables.count(begin) == tables.count(end) == 1 and tables.index(begin) < tables.index(end)
+
+
+@needs_checkout
+def test_readme_python_examples_run(tmp_path, monkeypatch):
+    """The README's Python blocks, in order, on a GlobalAveragePool model of the shape they feed: each session they
+    make runs the library's kernel and gives the mean. The plugin-EP block needs onnxruntime >= 1.24; below that,
+    ep_session_options must refuse it."""
+    import onnxruntime as ort
+
+    from onnx_pools.ep import EP_MIN_ORT_VERSION
+
+    blocks = re.findall(r"```python\n(.*?)```", _section(README.read_text(), "## Usage from Python"), re.S)
+    assert len(blocks) == 2 and "ep_session_options" in blocks[0] and "session_options(model=" in blocks[1]
+    onnx.save(pool_model("GlobalAveragePool", 22, "float32", [1, 64, 56, 56]), str(tmp_path / "model.onnx"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("builtins.print", lambda *args, **kwargs: None)
+    x = np.random.default_rng(0).random((1, 64, 56, 56), dtype=np.float32)
+    expected = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    namespace: dict = {}
+    ep_available = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= EP_MIN_ORT_VERSION
+    for block in blocks:
+        if "ep_session_options" in block and not ep_available:
+            with pytest.raises(RuntimeError, match="1.24"):
+                exec(block, namespace)
+            exec(block.split("so = ")[0], namespace)  # the imports
+            continue
+        exec(block, namespace)
+        before = onnx_pools.call_counts()["GlobalAveragePool"]
+        (y,) = namespace["sess"].run(None, {"X": x})
+        assert onnx_pools.call_counts()["GlobalAveragePool"] == before + 1
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
