@@ -219,9 +219,10 @@ class Rows3x3Pool {
   // lane's element (rows outside the plane: x_zero_point, which adds 0 to both sums).
   __attribute__((noinline)) void plane_edge_columns(const Q* x, Q* y) {
     const int64_t h = h_, w = w_, seams = plane_seams();  // the seams outside [1, h] hold pads only (layout)
-    std::memcpy(reinterpret_cast<Q*>(seam_words_ + 1) + 2, x, 2);
-    for (int64_t k = 2; k <= h; ++k) std::memcpy(seam_words_ + k, x + (k - 1) * w - 2, 4);
-    std::memcpy(seam_words_ + h + 1, x + h * w - 2, 2);
+    int32_t* const words = seam_words_;  // (a local: the member would be loaded again after each store)
+    std::memcpy(reinterpret_cast<Q*>(words + 1) + 2, x, 2);
+    for (int64_t k = 2; k <= h; ++k) std::memcpy(words + k, x + (k - 1) * w - 2, 4);
+    std::memcpy(words + h + 1, x + h * w - 2, 2);
     // per seam: each byte less x_zero_point, dequantised as ORT does (seam_floats_ [byte]), where ORT's value may
     // decide, and the sums of the right pair (bytes 0, 1) and the left one (2, 3) (seam_sums_ [0], [1]), where the
     // float pass runs
@@ -229,7 +230,7 @@ class Rows3x3Pool {
     const Floats x_scale = Floats{} + q_.x_scale;
     for (int64_t k = 0; k + kLength <= seams; k += kLength) {
       Ints word;
-      std::memcpy(&word, seam_words_ + k, sizeof word);
+      std::memcpy(&word, words + k, sizeof word);
       Ints lane[4];
       for (int b = 0; b < 4; ++b) {
         lane[b] = (std::is_signed_v<Q> ? (word << (24 - 8 * b)) >> 24 : (word >> (8 * b)) & 0xff) - q_.x_zero_point;
@@ -281,9 +282,14 @@ class Rows3x3Pool {
             }
           }
         }
-        Q* column = y + (side == 0 ? 0 : w - 1);
-        for (int k = 0; k < min_of<int64_t>(kLength, h - r0); ++k) column[(r0 + k) * w] = static_cast<Q>(out[k]);
+        Lanes::narrow_one(out, seam_out_ + side * seams + r0);
       }
+    }
+    // to the rows' ends, once every vector is in (a byte at a time from a vector waited for the vector)
+    const Q *left = seam_out_, *right = seam_out_ + seams;
+    for (int64_t r = 0; r < h; ++r) {
+      y[r * w] = left[r];
+      y[r * w + w - 1] = right[r];
     }
   }
 
@@ -559,6 +565,7 @@ class Rows3x3Pool {
     }
     seam_sums_ = c.take<int32_t>(2 * seams);
     seam_floats_ = c.take<float>(4 * seams);
+    seam_out_ = c.take<Q>(2 * seams);
     block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
     // the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends)
     const bool per_value = !requantiser_.marks_are_ties && !q_.count_include_pad && block_rows_ > 1 && !plane_edges_;
@@ -623,6 +630,7 @@ class Rows3x3Pool {
   float *edges_ = nullptr, *columns_ = nullptr;           // see edge_lanes, edge_columns
   int32_t *seam_words_ = nullptr, *seam_sums_ = nullptr;  // see plane_edge_columns
   float* seam_floats_ = nullptr;
+  Q* seam_out_ = nullptr;
   Ties edge_kind_ = Ties::None;                    // the marks of the windows of two columns (plane_edge_columns)
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
