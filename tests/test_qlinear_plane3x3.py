@@ -3,9 +3,10 @@ avx2 and avx512 builds; portable takes the flat passes of QLinearPlan, checked h
 32 columns. Pins the rows without a row above or below, the lanes of column 0 and w - 1, the last step of a row moved
 back, the blocks of rows whose middle steps run across the rows (2 to 62 rows with both neighbours: one block,
 several and a last row alone), the middle's 16-lane float pass of the avx512 build and its marked steps, and the
-rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) settled as ORT does
-(edge_columns). Checked against the float64 reference away from ties and against stock ORT (identical: the ties are
-ORT's own float sequence), on every ISA path."""
+rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) settled as ORT does, and
+without count_include_pad the first and last value of every row redone down the rows (plane_edge_columns: a last
+vector of rows reaching past the plane, or ending at it). Checked against the float64 reference away from ties and
+against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_cases, rerun_on_isa
 from reference_qlinear import near_tie, qlinear_average_pool
 
-# (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane
-# one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (mark_table)
-SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 64, 80)]
+# (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane;
+# one plane of 5120 elements: a call large enough to decide whether the middle rows can mark (mark_table);
+# plane_edge_columns' rows: one whole vector of them (8), two vectors and a row (17)
+SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 64, 80), (1, 2, 8, 32), (1, 1, 17, 40)]
 
 # (x_scale, y_scale, which zero points): equal scales put the edge windows on ties; 0.03 / 0.0125 is tie-heavy too;
 # 0.09 / 0.02 (4.5) puts every other 9-element window within rounding noise of a tie (the middle rows must mark),

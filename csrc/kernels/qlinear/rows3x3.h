@@ -158,6 +158,7 @@ class Rows3x3Pool {
         n_(w_ * channels),
         block_rows_(min_of<int64_t>(h_, kBlockValues / (n_ + d_))),
         stride_(n_ + 2 * d_),
+        plane_edges_(d_ == 1 && !q.count_include_pad),
         memory_(layout(nullptr), ScratchFill::Zeroed) {
     layout(memory_.as<char>());
     const bool equal = requantiser_.marks_are_ties;
@@ -177,10 +178,12 @@ class Rows3x3Pool {
         kind[rows][cols] = equal ? (odd ? Ties::None : even) : marked ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
+      edge_kind_ = max_of(edge_kind_, kind[rows][2]);
       if (middle_[rows] == Ties::None) short_rule_[rows] = remembered_short_rule(requantiser_, 3 * rows);
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
       Ties edge = w_ == 1 ? kind[rows][1] : max_of(kind[rows][2], w_ > 2 ? kind[rows][3] : Ties::None);
-      const bool down = edge == Ties::OrtOnly && d_ < kLength;  // a few lanes of a vector: down the rows (edge_columns)
+      // a few lanes of a vector: down the rows (edge_columns, plane_edge_columns: every window of two columns)
+      const bool down = plane_edges_ || (edge == Ties::OrtOnly && d_ < kLength);
       edge_columns_ |= down;
       edge_[rows] = max_of(down ? Ties::None : edge, middle_[rows]);       // Ties are ordered: a mix takes the last
       const float counts[4] = {0, 1.0f * rows, 2.0f * rows, 3.0f * rows};  // elements of a window, by columns
@@ -203,11 +206,93 @@ class Rows3x3Pool {
       if (h_ > 1) rows<WindowRows::BelowOnly>(x, y, 0, 1);
       rows<WindowRows::Both>(x, y, 1, h_ - 1);  // (none when h < 3)
       if (h_ > 1) rows<WindowRows::AboveOnly>(x, y, h_ - 1, h_);
-      if (edge_columns_) edge_columns(x, y);
+      if (plane_edges_) plane_edge_columns(x, y);
+      else if (edge_columns_) edge_columns(x, y);
     }
   }
 
  private:
+  // The windows of the first and last value of each row of a plane (d == 1, count_include_pad 0: windows of 6
+  // elements, 4 at the corners, which the rows' vectors took as the middle's), redone kLength rows at a time by the
+  // rule of the windows of two columns (edge_kind_): ORT's value, or the float pass with its marks settled. The last
+  // two values of row k - 2 and the first two of row k - 1 lie together, 4 bytes read at once: seam k, each byte a
+  // lane's element (rows outside the plane: x_zero_point, which adds 0 to both sums).
+  __attribute__((noinline)) void plane_edge_columns(const Q* x, Q* y) {
+    const int64_t h = h_, w = w_, seams = plane_seams();  // the seams outside [1, h] hold pads only (layout)
+    int32_t* const words = seam_words_;  // (a local: the member would be loaded again after each store)
+    std::memcpy(reinterpret_cast<Q*>(words + 1) + 2, x, 2);
+    for (int64_t k = 2; k <= h; ++k) std::memcpy(words + k, x + (k - 1) * w - 2, 4);
+    std::memcpy(words + h + 1, x + h * w - 2, 2);
+    // per seam: each byte less x_zero_point, dequantised as ORT does (seam_floats_ [byte]), where ORT's value may
+    // decide, and the sums of the right pair (bytes 0, 1) and the left one (2, 3) (seam_sums_ [0], [1]), where the
+    // float pass runs
+    const bool ort_only = edge_kind_ == Ties::OrtOnly, floats = edge_kind_ != Ties::None;
+    const Floats x_scale = Floats{} + q_.x_scale;
+    for (int64_t k = 0; k + kLength <= seams; k += kLength) {
+      Ints word;
+      std::memcpy(&word, words + k, sizeof word);
+      Ints lane[4];
+      for (int b = 0; b < 4; ++b) {
+        lane[b] = (std::is_signed_v<Q> ? (word << (24 - 8 * b)) >> 24 : (word >> (8 * b)) & 0xff) - q_.x_zero_point;
+        if (!floats) continue;
+        const Floats f = x_scale * __builtin_convertvector(lane[b], Floats);
+        std::memcpy(seam_floats_ + b * seams + k, &f, sizeof f);
+      }
+      if (ort_only) continue;
+      const Ints right = lane[0] + lane[1], left = lane[2] + lane[3];
+      std::memcpy(seam_sums_ + k, &right, sizeof right);
+      std::memcpy(seam_sums_ + seams + k, &left, sizeof left);
+    }
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Floats y_scale = Floats{} + q_.y_scale;
+    const float y_zero_point = static_cast<float>(q_.y_zero_point);
+    for (int64_t r0 = 0; r0 < h; r0 += kLength) {
+      const Ints row = Lanes::iota() + static_cast<int32_t>(r0);
+      const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
+      const Ints valid = rows_valid * 2;
+      const Floats count = count_of(1, valid);
+      const Floats scale = Lanes::select(rows_valid == 2, Floats{} + scale_[2][2], Floats{} + scale_[3][2]);
+      for (int side = 0; side < 2; ++side) {  // 0: column 0, from seams r .. r + 2; 1: column w - 1, r + 1 .. r + 3
+        const int64_t first = r0 + (side == 0 ? 0 : 1);
+        const int32_t* sums = seam_sums_ + (side == 0 ? seams : 0) + first;
+        const float* pair = seam_floats_ + (side == 0 ? 2 : 0) * seams + first;  // its two bytes' floats
+        auto ort = [&] {
+          Floats acc{};
+          for (int t = 0; t < 3; ++t) {
+            acc = acc + Lanes::floats_at(pair + t);
+            acc = acc + Lanes::floats_at(pair + seams + t);
+          }
+          return Lanes::ort_rounded(acc, count, y_scale, y_zero_point);
+        };
+        Ints out;
+        if (ort_only) {
+          out = ort();
+        } else {
+          Ints difference, marked, part;
+          std::memcpy(&difference, sums, sizeof difference);
+          for (int t = 1; t < 3; ++t) {
+            std::memcpy(&part, sums + t, sizeof part);
+            difference += part;
+          }
+          out = Lanes::requantised(difference, scale, zero_point, marked);
+          if (floats && Lanes::any(marked)) {  // (the float pass marks no window of a kind None)
+            const Ints ort_out = ort();
+            for (int k = 0; k < kLength; ++k) {
+              if (marked[k]) out[k] = requantiser_.settled(difference[k], valid[k], [&] { return ort_out[k]; });
+            }
+          }
+        }
+        Lanes::narrow_one(out, seam_out_ + side * seams + r0);
+      }
+    }
+    // to the rows' ends, once every vector is in (a byte at a time from a vector waited for the vector)
+    const Q *left = seam_out_, *right = seam_out_ + seams;
+    for (int64_t r = 0; r < h; ++r) {
+      y[r * w] = left[r];
+      y[r * w + w - 1] = right[r];
+    }
+  }
+
   // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
   // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
   __attribute__((noinline)) void edge_columns(const Q* x, Q* y) {
@@ -279,7 +364,7 @@ class Rows3x3Pool {
     auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
       Ints out;
       if (ties == Ties::OrtOnly) {
-        out = ort_values(rows_f, i, count_i);
+        out = ort_values<kRows>(rows_f, i, count_i);
       } else {
         const Ints difference = window_sums8(sums, i);
         Ints marked;
@@ -302,7 +387,7 @@ class Rows3x3Pool {
         return Lanes::narrow_shorts(whole(window_sums16(sums, i), rule),
                                     whole(window_sums16(sums, i + 2 * kLength), rule), out);
       } else if constexpr (kMiddle == Ties::OrtOnly) {
-        for (int v = 0; v < 4; ++v) outs[v] = ort_values(rows_f, i + v * kLength, count);
+        for (int v = 0; v < 4; ++v) outs[v] = ort_values<kRows>(rows_f, i + v * kLength, count);
       } else {
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
 #if defined(__AVX512BW__)
@@ -365,6 +450,9 @@ class Rows3x3Pool {
     }
   }
 
+  // Seams of plane_edge_columns: h + 1 (rows -1 .. h - 1 and the next), and past them the last vectors' reach.
+  int64_t plane_seams() const { return h_ + 2 * kLength + 4; }
+
   // Per row kind and side (the first or last d + kLength values), the lanes' scales (what 0) or ORT's divisors (1).
   float* edge_lanes(int rows_valid, int side, int what) {
     return edges_ + (((rows_valid - 1) * 2 + side) * 2 + what) * (d_ + kLength);
@@ -391,9 +479,11 @@ class Rows3x3Pool {
   // ORT's output (as ort_output) of the windows of values [i, i + kLength) of a row, from its three window rows
   // dequantised (rows_f; d zeros on each side, a row of zeros for one outside the input): the nine terms added in
   // row-major window order, each pad's 0 included, which leaves ORT's sum as it is.
+  // kRows: which window rows lie in the input (a pad row's zeros add nothing to a sum that is never -0).
+  template <WindowRows kRows = WindowRows::Both>
   Ints ort_values(const float* const* rows_f, int64_t i, Floats count) const {
     Floats acc{};
-    for (int t = 0; t < 3; ++t) {
+    for (int t = has_above(kRows) ? 0 : 1; t < (has_below(kRows) ? 3 : 2); ++t) {
       const float* f = rows_f[t] + i;
       acc = acc + Lanes::floats_at(f - d_);
       acc = acc + Lanes::floats_at(f);
@@ -466,9 +556,19 @@ class Rows3x3Pool {
     floats_ = c.take<float>(4 * stride_);
     edges_ = c.take<float>(12 * (d_ + kLength));
     columns_ = c.take<float>(2 * (h_ + 2 + kLength));
+    const int64_t seams = plane_edges_ ? plane_seams() : 0;  // see plane_edge_columns
+    seam_words_ = c.take<int32_t>(seams);
+    if (base) {  // pads (x_zero_point) in every byte a plane's elements do not overwrite
+      const Q zero = static_cast<Q>(q_.x_zero_point);
+      const Q pad[4] = {zero, zero, zero, zero};
+      for (int64_t k = 0; k < seams; ++k) std::memcpy(seam_words_ + k, pad, 4);
+    }
+    seam_sums_ = c.take<int32_t>(2 * seams);
+    seam_floats_ = c.take<float>(4 * seams);
+    seam_out_ = c.take<Q>(2 * seams);
     block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
     // the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends)
-    const bool per_value = !requantiser_.marks_are_ties && !q_.count_include_pad && block_rows_ > 1;
+    const bool per_value = !requantiser_.marks_are_ties && !q_.count_include_pad && block_rows_ > 1 && !plane_edges_;
     block_scales_ = per_value ? c.take<float>(block_rows_ * (n_ + d_)) : nullptr;
     return c.bytes;
   }
@@ -519,6 +619,7 @@ class Rows3x3Pool {
   const Requantiser<Q, int16_t> requantiser_;
   const int64_t h_, w_, d_, n_, block_rows_;  // n_: values of a row; block_rows_: of a block (see rows), if > 1
   const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
+  const bool plane_edges_;                    // see plane_edge_columns
   float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
   ShortRule short_rule_[4];                   // [rows]: of the windows of three columns (Ties::Whole)
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
@@ -526,7 +627,11 @@ class Rows3x3Pool {
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
   float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
   float* floats_ = nullptr;         // three dequantised input rows (see dequantised_rows), then a row of zeros
-  float *edges_ = nullptr, *columns_ = nullptr;    // see edge_lanes, edge_columns
+  float *edges_ = nullptr, *columns_ = nullptr;           // see edge_lanes, edge_columns
+  int32_t *seam_words_ = nullptr, *seam_sums_ = nullptr;  // see plane_edge_columns
+  float* seam_floats_ = nullptr;
+  Q* seam_out_ = nullptr;
+  Ties edge_kind_ = Ties::None;                    // the marks of the windows of two columns (plane_edge_columns)
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
