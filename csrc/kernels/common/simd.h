@@ -455,6 +455,18 @@ struct ScaledHalves : HalvesLoad {
     low = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 0, 8, 1, 9, 2, 10, 3, 11));
     high = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 4, 12, 5, 13, 6, 14, 7, 15));
   }
+  // the same values from the halves' 32-bit words: halves 0, 2, 4, 6 (the low half of each word) into even, halves
+  // 1, 3, 5, 7 into odd. The arithmetic shift by 3 puts a word's high half in place (exponent and mantissa in bits
+  // 13..27) and copies its sign into bits 28..31, of which the mask keeps bit 31; the low half is first moved up.
+  [[gnu::always_inline]] void convert_words(Halves h, V& even, V& odd) {
+    typedef int32_t Words __attribute__((vector_size(16)));
+    const Halves magnitude = h & 0x7fff;
+    largest = magnitude > largest ? magnitude : largest;
+    const Words w = reinterpret_cast<Words>(h);
+    constexpr int32_t kPlaced = static_cast<int32_t>(0x8fffe000u);
+    even = reinterpret_cast<V>(((w << 16) >> 3) & kPlaced);
+    odd = reinterpret_cast<V>((w >> 3) & kPlaced);
+  }
   bool finite() const {
     const Halves over = largest >= 0x7c00;
     return fold_halves<int16_t, 16>(over, [](auto x, auto y) { return x | y; }) == 0;
