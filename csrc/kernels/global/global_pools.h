@@ -329,20 +329,10 @@ inline Simd<double>::Mask unordered(Simd<double>::Value a, Simd<double>::Value b
 }
 #else
 constexpr bool kPairedNanCheck = false;
-#if defined(__AVX__) && !defined(__AVX512F__)
-// one comparison for both (GCC keeps the generic form's two and an OR)
-inline Simd<float>::Mask unordered(Simd<float>::Value a, Simd<float>::Value b) {
-  return reinterpret_cast<Simd<float>::Mask>(_mm256_cmp_ps(a, b, _CMP_UNORD_Q));
-}
-inline Simd<double>::Mask unordered(Simd<double>::Value a, Simd<double>::Value b) {
-  return reinterpret_cast<Simd<double>::Mask>(_mm256_cmp_pd(a, b, _CMP_UNORD_Q));
-}
-#else
 template <class V>
 auto unordered(V a, V b) {
   return (a != a) | (b != b);
 }
-#endif
 #endif
 
 #if defined(__SSE2__) && !defined(__AVX__)
@@ -703,9 +693,9 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
   } else if constexpr (R == Reduction::Max) {
     A maxima[G];
     if constexpr (std::is_same_v<T, A>) {
-      // paired with 16- and 32-byte vectors, whose two running maxima otherwise bind the loop by their selects'
-      // latency (with 64-byte ones the paired loop measured slower)
-      constexpr bool kPaired = kVectorBytes <= 32;
+      // paired with 16-byte vectors, whose two running maxima otherwise bind the loop by their selects' latency (with
+      // 64-byte ones the paired loop measured slower)
+      constexpr bool kPaired = kVectorBytes == 16;
       if (max_streams<G, 2, A, kPaired>(x, size, size, -std::numeric_limits<A>::infinity(), maxima)) {
         for (int g = 0; g < G; ++g) y[g] = maxima[g], done[g] = true;
       }
