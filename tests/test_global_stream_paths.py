@@ -12,8 +12,8 @@ tests/reference.py, and bit for bit against a float32 model of the order the lib
 k += k + 4, k + 2, k + 1, then lanes 0 += 2, 1 += 3, 0 + 1), short blocks as short_sum's 8 running sums, the blocks'
 sums added in double.
 
-float32 / float64 GlobalMaxPool over long channels (max_streams, paired on the 16- and 32-byte paths): NaNs in the first
-and the second vector of a pair, in the unpaired step after the paired ones and in the last, overlapping vector, two
+float32 / float64 GlobalMaxPool over long channels (max_streams; on SSE2 paired, after max_pairs_unrolled's steps):
+NaNs in the first and the second vector of a pair, past the paired steps and in the last, overlapping vector, two
 NaNs (the first in memory order is the result, bit for bit), infinities, and the maximum in each of those places.
 """
 
@@ -99,8 +99,8 @@ def make_half_input(n: int, rng: np.random.Generator) -> np.ndarray:
     return R.to_dtype(x, "float16")
 
 
-# float32 and float64 long channels: paired steps (AVX2: 32 floats / 16 doubles; SSE2 after its unrolled steps of
-# 64 / 32), then one unpaired step, single vectors and a last overlapping one
+# float32 and float64 long channels: steps of 2 or 4 vectors (SSE2: after its unrolled steps of 64 floats / 32
+# doubles), then single vectors and a last overlapping one
 MAX_LENGTHS = {"float32": [512, 512 + 16, 512 + 16 + 8 + 3, 1024 + 64 + 7], "float64": [256, 264, 269, 543]}
 MAX_CHANNELS = 10
 FIRST_NAN_BITS = {"float32": np.uint32(0x7FC0ABCD), "float64": np.uint64(0x7FF800000000ABCD)}
