@@ -1,4 +1,5 @@
-"""The streamed (long-channel) loops of the global pools, on every ISA path: float16 means and float32 / float64 maxima.
+"""The streamed (long-channel) loops of the global pools, on every ISA path: float16 means, float32 / float64 means,
+L2 norms and maxima.
 
 float16 GlobalAveragePool over channels of 512 elements and more (streamed_channels in
 csrc/kernels/global/global_pools.h): on the portable path summed in ScaledHalves' scaled domain, the halves taken two
@@ -6,11 +7,17 @@ per 32-bit word (even and odd elements in separate partial sums, put back in lan
 conversion checked once per channel. The lengths end in a full block of 1024, in a block of 1 to 63 elements (summed
 by short_sum), of exactly 64, and inside a step of 32; channels hold an infinity or a NaN in a later block, subnormal
 halves, large values cancelling over small ones (so that another order of the additions gives other bits) and zeros
-of both signs. Each mean is checked against the float64 reference of
-tests/reference.py, and bit for bit against a float32 model of the order the library documents: 32 lanes per block of
-1024, lane l adding elements l, l + 32, ... from +0, the tail zero-padded, the lanes folded pairwise (vectors of 4:
-k += k + 4, k + 2, k + 1, then lanes 0 += 2, 1 += 3, 0 + 1), short blocks as short_sum's 8 running sums, the blocks'
-sums added in double.
+of both signs.
+
+float32 / float64 GlobalAveragePool and GlobalLpPool p=2 over long channels (streamed_channels inlined with its block
+sums on SSE2, and for power sums on every path): block ends, short last blocks, tails inside a step, large values
+cancelling over small ones and a NaN.
+
+Each mean and norm is checked against the float64 reference of tests/reference.py, and bit for bit against a model of
+the order the library documents: kLanes (128 bytes of the accumulator type) lanes per block of 1024, lane l adding
+elements l, l + kLanes, ... from +0, the tail zero-padded, the lanes folded pairwise (lane l += lane l + w for
+w = kLanes / 2, ..., 1), blocks below 2 kLanes as short_sum's 8 running sums, the blocks' sums added in double (an L2
+sum first over kLanes elements, its blocks from there). A fold or lane assignment in another order fails it.
 
 float32 / float64 GlobalMaxPool over long channels (max_streams; on SSE2 paired, after max_pairs_unrolled's steps):
 NaNs in the first and the second vector of a pair, past the paired steps and in the last, overlapping vector, two
@@ -26,7 +33,7 @@ import onnx_pools
 import reference as R
 from helpers import cpu_isas, rerun_on_isa, run_op
 
-__all__ = ["check_all", "half_mean_model", "half_cases", "max_cases"]
+__all__ = ["case_count", "check_all", "float_cases", "float_model", "half_cases", "half_mean_model", "max_cases"]
 
 BLOCK = 1024
 LANES = 32
@@ -35,45 +42,63 @@ HALF_LENGTHS = [512, 1024, 1025, 1087, 1088, 3000, 4096, 12544]
 HALF_CHANNELS = 5
 
 
-def _short_sum(v: np.ndarray) -> np.float32:
-    """short_sum: 8 running float sums over steps of 8, the tail in order from +0, then the documented fold."""
+def _short_sum(v: np.ndarray) -> np.floating:
+    """short_sum: 8 running sums over steps of 8, the tail in order from +0, then the documented fold (in v's type)."""
+    f = v.dtype.type
     n = v.size
     whole = n - n % 8
-    s = np.zeros(8, np.float32)
+    s = np.zeros(8, v.dtype)
     for i in range(0, whole, 8):
         s = s + v[i : i + 8]
-    tail = np.float32(0)
+    tail = f(0)
     for i in range(whole, n):
-        tail = np.float32(tail + v[i])
-    f = np.float32
+        tail = f(tail + v[i])
     left = f(f(s[0] + s[1]) + f(s[2] + s[3]))
     right = f(f(s[4] + s[5]) + f(s[6] + s[7]))
     return f(f(left + right) + tail)
 
 
-def _lane_sum(v: np.ndarray) -> np.float32:
-    """A block of >= 64 elements: 32 lanes from +0, the zero-padded tail, the pairwise fold."""
-    padded = np.zeros(-(-v.size // LANES) * LANES, np.float32)
+def _lane_sum(v: np.ndarray) -> np.floating:
+    """A block of >= 2 kLanes elements (kLanes: 128 bytes of v's type): lanes from +0, the zero-padded tail, then
+    lane l += lane l + w for w = kLanes / 2, ..., 1 (the pairwise fold, as vectors of any width take it)."""
+    lanes = 128 // v.itemsize
+    padded = np.zeros(-(-v.size // lanes) * lanes, v.dtype)
     padded[: v.size] = v
-    acc = np.zeros(LANES, np.float32)
-    for row in padded.reshape(-1, LANES):
+    acc = np.zeros(lanes, v.dtype)
+    for row in padded.reshape(-1, lanes):
         acc = acc + row
-    vectors = acc.reshape(8, 4)
-    for half in (4, 2, 1):
-        vectors[:half] = vectors[:half] + vectors[half : 2 * half]
-    lanes = vectors[0]
-    lanes[:2] = lanes[:2] + lanes[2:4]
-    return np.float32(lanes[0] + lanes[1])
+    width = lanes // 2
+    while width >= 1:
+        acc[:width] = acc[:width] + acc[width : 2 * width]
+        width //= 2
+    return v.dtype.type(acc[0])
+
+
+def _block_total(v: np.ndarray) -> float:
+    """Blocks of 1024 from v's start, each as _lane_sum or (below 2 kLanes) _short_sum, added in double."""
+    total = 0.0
+    for off in range(0, v.size, BLOCK):
+        block = v[off : off + BLOCK]
+        total += float(_lane_sum(block) if block.size >= 2 * (128 // v.itemsize) else _short_sum(block))
+    return total
 
 
 def half_mean_model(channel: np.ndarray) -> np.float16:
     """The library's float16 mean of one long channel of finite values, by the documented order (module docstring)."""
-    v = channel.astype(np.float32)  # exact
-    total = 0.0
-    for off in range(0, v.size, BLOCK):
-        block = v[off : off + BLOCK]
-        total += float(_lane_sum(block) if block.size >= 2 * LANES else _short_sum(block))
-    return np.float16(np.float32(total / v.size))
+    return np.float16(np.float32(_block_total(channel.astype(np.float32)) / channel.size))
+
+
+def float_model(op: str, channel: np.ndarray) -> np.floating:
+    """The library's float32 / float64 mean or L2 norm of one long channel by the documented order: the mean's blocks
+    from the start; the L2 sum of squares (in the channel's type) first over kLanes elements (short_sum), then in
+    blocks from there, added to it in double, its square root in double rounded to the type (sums of a normal
+    range)."""
+    if op == "GlobalAveragePool":
+        return channel.dtype.type(_block_total(channel) / channel.size)
+    squares = channel * channel
+    first = 128 // channel.itemsize
+    probe = float(_short_sum(squares[:first]))
+    return channel.dtype.type(np.sqrt(probe + _block_total(squares[first:])))
 
 
 def half_cases() -> list[int]:
@@ -97,6 +122,27 @@ def make_half_input(n: int, rng: np.random.Generator) -> np.ndarray:
     if n % 2:
         x[0, 0, 0] = -np.inf
     return R.to_dtype(x, "float16")
+
+
+# float32 / float64 means and L2 norms of long channels (streamed_channels inlined on SSE2 and, for power sums,
+# everywhere): block ends, a short last block, tails inside a step; the L2 blocks start after the first kLanes
+FLOAT_LENGTHS = {"float32": [512, 1000, 1056, 1087, 2080, 4113], "float64": [256, 1041, 1050, 3136]}
+FLOAT_CHANNELS = 3
+
+
+def float_cases() -> list[tuple[str, str, int]]:
+    ops = ("GlobalAveragePool", "GlobalLpPool")
+    return [(op, dtype, n) for op in ops for dtype, lengths in FLOAT_LENGTHS.items() for n in lengths]
+
+
+def make_float_input(dtype: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(1, FLOAT_CHANNELS, n): magnitudes over 2^-8..2^8; channel 1 as channel 2 of make_half_input (large values
+    cancelling over small ones, at 2^20); channel 2 a NaN in its last block."""
+    x = rng.standard_normal((1, FLOAT_CHANNELS, n)) * np.exp2(rng.integers(-8, 9, (1, FLOAT_CHANNELS, n)))
+    i = np.arange(n)
+    x[0, 1] = np.where(i % BLOCK < LANES, np.where(i % LANES < LANES // 2, 2.0**20, -(2.0**20)), x[0, 1])
+    x[0, 2, n - 2] = np.nan
+    return R.to_dtype(x, dtype)
 
 
 # float32 and float64 long channels: steps of 2 or 4 vectors (SSE2: after its unrolled steps of 64 floats / 32
@@ -150,6 +196,17 @@ def check_all() -> int:
                 assert y[0, c, 0].tobytes() == model.tobytes(), f"{what}, channel {c}: {y[0, c, 0]!r} vs {model!r}"
         assert np.isposinf(y[0, 3, 0]) and np.isnan(y[0, 4, 0]), what
         checked += 1
+    for op, dtype, n in float_cases():
+        x = make_float_input(dtype, n, rng)
+        attrs = {"p": 2} if op == "GlobalLpPool" else {}
+        y, _ = run_op(op, 22, dtype, x, attrs)
+        what = f"{op} {dtype} (1, {FLOAT_CHANNELS}, {n}) on {onnx_pools.active_isa()}"
+        R.assert_close(y, R.global_pool(op, x), dtype, scale=R.input_scale(x), what=what)
+        for c in range(2):
+            model = float_model(op, x[0, c])
+            assert y[0, c, 0].tobytes() == model.tobytes(), f"{what}, channel {c}: {y[0, c, 0]!r} vs {model!r}"
+        assert np.isnan(y[0, 2, 0]), what
+        checked += 1
     for dtype, n in max_cases():
         x, two_nans = make_max_input(dtype, n, rng)
         y, _ = run_op("GlobalMaxPool", 22, dtype, x)
@@ -164,11 +221,15 @@ def check_all() -> int:
     return checked
 
 
+def case_count() -> int:
+    return len(half_cases()) + len(float_cases()) + len(max_cases())
+
+
 def test_stream_paths() -> None:
-    assert check_all() == len(half_cases()) + len(max_cases())
+    assert check_all() == case_count()
 
 
 @pytest.mark.parametrize("isa", cpu_isas())
 def test_stream_paths_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
-    assert rerun_on_isa(isa, "test_global_stream_paths") == str(len(half_cases()) + len(max_cases()))
+    assert rerun_on_isa(isa, "test_global_stream_paths") == str(case_count())
