@@ -384,24 +384,21 @@ struct AccLoader<Float16> {
   bool exact() const { return true; }
 #else
   // Without a conversion instruction (SSE2, 16-byte vectors): each half's bits moved into float position are its
-  // value times 2^-112 when it is zero or normal, so one multiply converts it (an eighth of halves_to_floats'
-  // work). The smallest and largest magnitudes seen tell whether a subnormal, infinity or NaN came by: then
-  // exact() is false.
+  // value times 2^-112, zero, normal or subnormal (a float subnormal then, which the multiply makes the half's value
+  // exactly), so one multiply converts it (an eighth of halves_to_floats' work). The largest magnitude seen tells
+  // whether an infinity or NaN came by; the multiply takes float subnormals as zeros where denormals-are-zero is set
+  // (MXCSR): in either case exact() is false.
   static_assert(kVectorBytes == 16, "the shuffles below are written for 8 halves per vector");
   typedef uint16_t Halves __attribute__((vector_size(16)));
   typedef int16_t SignedHalves __attribute__((vector_size(16)));
   typedef int32_t Words __attribute__((vector_size(16)));
-  // per lane: min over (magnitude - 1) ^ 0x8000 (unsigned order as signed: zero comes out largest), max magnitude
-  SignedHalves smallest = SignedHalves{} + INT16_MAX, largest = {};
+  SignedHalves largest = {};  // per lane: the largest magnitude
   void load(const Float16* p, S::Value* v) {
     for (int k = 0; k < kVectors; k += 2) {
       Halves h;
       std::memcpy(&h, p + k * S::kLength, sizeof h);
-      const Halves magnitude = h & 0x7fff;
-      const SignedHalves below = reinterpret_cast<SignedHalves>((magnitude - 1) ^ 0x8000);
-      smallest = below < smallest ? below : smallest;
-      largest =
-          reinterpret_cast<SignedHalves>(magnitude) > largest ? reinterpret_cast<SignedHalves>(magnitude) : largest;
+      const SignedHalves magnitude = reinterpret_cast<SignedHalves>(h & 0x7fff);
+      largest = magnitude > largest ? magnitude : largest;
       const Halves zero = {};
       const Words low = reinterpret_cast<Words>(__builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11));
       const Words high = reinterpret_cast<Words>(__builtin_shufflevector(zero, h, 4, 12, 5, 13, 6, 14, 7, 15));
@@ -412,10 +409,9 @@ struct AccLoader<Float16> {
     }
   }
   bool exact() const {
-    bool covered = true;
-    for (int l = 0; l < 8; ++l) {
-      covered &= smallest[l] >= static_cast<int16_t>(0x3ff ^ 0x8000) && largest[l] < 0x7c00;
-    }
+    constexpr unsigned kDenormalsAreZero = 0x0040;
+    bool covered = (_mm_getcsr() & kDenormalsAreZero) == 0;
+    for (int l = 0; l < 8; ++l) covered &= largest[l] < 0x7c00;
     return covered;
   }
 #endif
@@ -454,6 +450,18 @@ struct ScaledHalves : HalvesLoad {
     const Halves bottom = reinterpret_cast<Halves>(reinterpret_cast<UnsignedHalves>(h) << 13);  // mantissa's lower 3
     low = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 0, 8, 1, 9, 2, 10, 3, 11));
     high = reinterpret_cast<V>(__builtin_shufflevector(bottom, top, 4, 12, 5, 13, 6, 14, 7, 15));
+  }
+  // the same values from the halves' 32-bit words: halves 0, 2, 4, 6 (the low half of each word) into even, halves
+  // 1, 3, 5, 7 into odd. The arithmetic shift by 3 puts a word's high half in place (exponent and mantissa in bits
+  // 13..27) and copies its sign into bits 28..31, of which the mask keeps bit 31; the low half is first moved up.
+  [[gnu::always_inline]] void convert_words(Halves h, V& even, V& odd) {
+    typedef int32_t Words __attribute__((vector_size(16)));
+    const Halves magnitude = h & 0x7fff;
+    largest = magnitude > largest ? magnitude : largest;
+    const Words w = reinterpret_cast<Words>(h);
+    constexpr int32_t kPlaced = static_cast<int32_t>(0x8fffe000u);
+    even = reinterpret_cast<V>(((w << 16) >> 3) & kPlaced);
+    odd = reinterpret_cast<V>((w >> 3) & kPlaced);
   }
   bool finite() const {
     const Halves over = largest >= 0x7c00;
