@@ -138,6 +138,88 @@ inline double short_sum(const T* a, int64_t n, Map map) {
   return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
 }
 
+// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
+inline void transpose4(Simd<float, 16>::Value* v) {
+  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
+  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
+  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
+  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
+  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
+  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
+}
+
+// short_sum over four float channels of n < 2 kLanes elements side by side (channel g at a + g * n), lane g of the
+// result channel g's sum: each channel's 8 running sums in two 4-lane vectors, transposed so that the fold and the
+// tail take one vector operation for the four, the same additions in the same order as short_sum. R = n % 8: the
+// tail's elements are loaded as the vectors from element n - R on, which reads up to 8 - R elements past a channel
+// (the caller keeps those reads in the tensor).
+template <int R>
+[[gnu::always_inline]] inline Simd<float, 16>::Value short_sums4(const float* a, int64_t n) {
+  using S = Simd<float, 16>;
+  using V = S::Value;
+  const int64_t whole = n - R;
+  V tail = {};
+  if constexpr (R > 0) {  // in order, from +0 (so never -0: adding the running sums' +0 to it leaves it as it is)
+    V last[8];
+    for (int g = 0; g < 4; ++g) last[g] = S::load(a + g * n + whole);
+    transpose4(last);
+    if constexpr (R > 4) {
+      for (int g = 0; g < 4; ++g) last[4 + g] = S::load(a + g * n + whole + 4);
+      transpose4(last + 4);
+    }
+    for (int l = 0; l < R; ++l) tail += last[l];
+    if (whole == 0) return tail;
+  }
+  V low[4] = {}, high[4] = {};
+  for (int64_t i = 0; i < whole; i += 8) {
+    for (int g = 0; g < 4; ++g) {
+      low[g] += S::load(a + g * n + i);
+      high[g] += S::load(a + g * n + i + 4);
+    }
+  }
+  transpose4(low);
+  transpose4(high);
+  return ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
+}
+
+// The means of `channels` float channels of 2 <= n < 2 kLanes elements (n % 8 = R), as global_pool's one channel at a
+// time gives them (short_sum's sum, divided in double, rounded to float), four channels at a time (short_sums4): a
+// short channel's tail and fold cost more than its sum, and four channels share them. Returns the channels done: the
+// last ones, whose tail loads would read past the tensor, are left to the caller. A channel whose sum is not finite
+// goes to one_channel.
+template <int R, class OneChannel>
+int64_t short_means(const float* x, float* y, int64_t channels, int64_t n, OneChannel& one_channel) {
+  using V = Simd<float, 16>::Value;
+  using D = typename VectorOf<double, 32>::Type;
+  using Mask = Simd<float, 16>::Mask;
+  constexpr int64_t kReadPast = R == 0 ? 0 : R <= 4 ? 4 - R : 8 - R;
+  int64_t c = 0;
+  for (; c + 4 <= channels && (c + 4) * n + kReadPast <= channels * n; c += 4) {
+    const V sums = short_sums4<R>(x + c * n, n);
+    if constexpr (kVectorBytes >= 32) {  // one vector of 4 doubles
+      const D quotients = __builtin_convertvector(sums, D) / (D{} + static_cast<double>(n));
+      Simd<float, 16>::store(y + c, __builtin_convertvector(quotients, V));
+    } else {  // in halves: GCC may split a vector wider than the instruction set's into scalars
+      using D2 = typename VectorOf<double, 16>::Type;
+      using V2 = typename VectorOf<float, 8>::Type;
+      const D2 half_length = D2{} + static_cast<double>(n);
+      const D2 low = __builtin_convertvector(__builtin_shufflevector(sums, sums, 0, 1), D2) / half_length;
+      const D2 high = __builtin_convertvector(__builtin_shufflevector(sums, sums, 2, 3), D2) / half_length;
+      const V2 low_means = __builtin_convertvector(low, V2), high_means = __builtin_convertvector(high, V2);
+      Simd<float, 16>::store(y + c, __builtin_shufflevector(low_means, high_means, 0, 1, 2, 3));
+    }
+    const V difference = sums - sums;  // NaN where a sum is infinite or NaN
+    const Mask infinite = difference != difference;
+    if (fold_halves<int32_t, 16>(infinite, [](auto low, auto high) { return low | high; }) != 0) {
+      for (int g = 0; g < 4; ++g)
+        if (infinite[g]) one_channel(c + g);
+    }
+  }
+  return c;
+}
+
 template <class T, class Map, class Loader = AccLoader<T>>
 double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
   using A = AccOf<T>;
@@ -183,18 +265,6 @@ inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
     case 7: return __builtin_shufflevector(h, z, 7, 8, 8, 8, 8, 8, 8, 8);
     default: return h;
   }
-}
-
-// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
-inline void transpose4(Simd<float, 16>::Value* v) {
-  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
-  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
-  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
-  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
-  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
-  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
-  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
-  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
 }
 
 // The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
@@ -857,7 +927,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       return;
     }
     if (R == Reduction::Average && size < 2 * kLanes<A>) {
-      for (int64_t c = 0; c < channels; ++c) {
+      int64_t c = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        switch (size % 8) {
+          case 0: c = short_means<0>(x, y, channels, size, one_channel); break;
+          case 1: c = short_means<1>(x, y, channels, size, one_channel); break;
+          case 2: c = short_means<2>(x, y, channels, size, one_channel); break;
+          case 3: c = short_means<3>(x, y, channels, size, one_channel); break;
+          case 4: c = short_means<4>(x, y, channels, size, one_channel); break;
+          case 5: c = short_means<5>(x, y, channels, size, one_channel); break;
+          case 6: c = short_means<6>(x, y, channels, size, one_channel); break;
+          default: c = short_means<7>(x, y, channels, size, one_channel); break;
+        }
+      }
+      for (; c < channels; ++c) {
         double total = 0;
         total += short_sum(x + c * size, size, Identity{});
         if (std::isfinite(total)) y[c] = from_acc<T>(total / static_cast<double>(size));
