@@ -299,18 +299,28 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
           high[g] += h;
         }
       }
-      if (whole < n) {  // the tail's elements: the last lanes of the 8 halves ending each channel
+      V tail = {};
+      if (n - whole <= 2) {  // in order, from +0; one or two elements: the four channels' gathered, lanes transposed
+        if (whole < n) {
+          ScaledHalves::Halves gathered = {};
+          for (int g = 0; g < 4; ++g) {
+            gathered[g] = static_cast<int16_t>(channel[g][whole].bits);
+            if (n - whole == 2) gathered[4 + g] = static_cast<int16_t>(channel[g][whole + 1].bits);
+          }
+          V first, second;
+          halves.convert(gathered, first, second);
+          tail += first;
+          if (n - whole == 2) tail += second;
+        }
+      } else {  // the last lanes of the 8 halves ending each channel
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) halves.convert(ScaledHalves::load(channel[g] + n - 8), last_low[g], last_high[g]);
-      }
-      transpose4(low);
-      transpose4(high);
-      V tail = {};
-      if (whole < n) {  // in order, from +0
         transpose4(last_low);
         transpose4(last_high);
         for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += lane < 4 ? last_low[lane] : last_high[lane - 4];
       }
+      transpose4(low);
+      transpose4(high);
       const V sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
       std::memcpy(sums + j, &sum, sizeof sum);
     }
