@@ -11,7 +11,7 @@ float values, the float mean rounded to the type; float16 means on the portable 
 converted, four channels at a time, their one or two tail elements gathered into one vector (scaled_half_means). Each
 case is checked bit for bit against that order computed by numpy in float32, and against the float64 mean of
 tests/reference.py; the shapes put every tail length on both sides of a group of four and of the tensor's end, and
-non-finite sums in each lane of a group.
+non-finite sums in each lane of a group. Last, GlobalMaxPool over channels of exactly one vector (check_vector_maxima).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import onnx_pools
 import reference as R
 from helpers import cpu_isas, rerun_on_isa, run_op
 
-__all__ = ["cases", "check_all", "specified_means"]
+__all__ = ["cases", "check_all", "check_vector_maxima", "max_cases", "max_input", "specified_means"]
 
 LENGTHS = list(range(2, 64))  # every n % 8, with and without whole groups of 8
 CHANNELS = [1, 3, 4, 5, 6, 7, 9, 13, 40]  # channel groups of four with 0 to 3 left over
@@ -116,3 +116,52 @@ def test_short_float_means() -> None:
 def test_short_float_means_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_small_planes") == str(len(cases()))
+
+
+# GlobalMaxPool over channels of exactly one native vector (16 floats with avx512, 8 with avx2, 4 with the portable
+# path; doubles half as many): maxima of a group of channels side by side in one vector each (max_short_vectors), a
+# NaN in the group sending each channel to the one-channel scan. Every such length on every path, with channels of
+# NaN (first, last, middle element), -inf only, and the maximum repeated, in each lane of a group.
+MAX_LENGTHS = {"float32": [4, 8, 16], "float64": [2, 4, 8]}
+
+
+def max_input(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    x = rng.standard_normal(shape)
+    flat = x.reshape(shape[0] * shape[1], -1)
+    count, n = flat.shape
+    first = int(rng.integers(0, 4))
+    specials = [
+        lambda c: c.__setitem__(0, np.nan),
+        lambda c: c.__setitem__(n - 1, np.nan),
+        lambda c: c.__setitem__(slice(None), -np.inf),
+        lambda c: c.__setitem__(slice(None), np.where(rng.random(n) < 0.5, 2.5, -1.0)),
+        lambda c: c.__setitem__(n // 2, np.nan),
+    ]
+    for k, put in enumerate(specials):
+        if first + 2 * k < count:
+            put(flat[first + 2 * k])
+    return R.to_dtype(x, dtype)
+
+
+def max_cases() -> list[tuple[str, tuple[int, ...]]]:
+    return [(dtype, (1, c, n)) for dtype, lengths in MAX_LENGTHS.items() for n in lengths for c in (1, 4, 5, 11, 37)]
+
+
+def check_vector_maxima() -> int:
+    """Every max case on this process's ISA against the float64 maximum. Returns the number of cases."""
+    rng = np.random.default_rng(2930)
+    for dtype, shape in max_cases():
+        x = max_input(dtype, shape, rng)
+        y, _ = run_op("GlobalMaxPool", 22, dtype, x)
+        what = f"GlobalMaxPool {dtype} {shape} on {onnx_pools.active_isa()}"
+        R.assert_close(y, R.global_pool("GlobalMaxPool", x), dtype, what=what)
+    return len(max_cases())
+
+
+def test_vector_maxima() -> None:
+    assert check_vector_maxima() == len(max_cases())
+
+
+@pytest.mark.parametrize("isa", cpu_isas())
+def test_vector_maxima_on_each_isa(isa: str) -> None:
+    assert rerun_on_isa(isa, "test_global_small_planes", "check_vector_maxima") == str(len(max_cases()))

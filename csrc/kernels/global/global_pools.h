@@ -582,7 +582,7 @@ template <class A, int Bytes>
   }
 }
 
-// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector of Bytes per
+// The maxima of G channels of 2 <= n <= one vector elements each (channel g at a + g * n), one vector of Bytes per
 // channel with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
 // keeping the first of equal values, as max_block's scalar scan does. (A fold in pairs over lanes whose tail is
 // `start` gives the fold of the first power of two lanes holding n: so any width holding n gives the same value, and
@@ -989,8 +989,9 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
         return;
       }
-      if (size < Simd<A>::kLength) {
-        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes)
+      if (size <= Simd<A>::kLength) {
+        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes); a channel of one
+        // whole vector (4x4 floats with AVX-512) too, where max_streams' four running maxima would be folded for one
         auto short_vectors = [&](const A* a, A* maxima) {
           const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
           if constexpr (kVectorBytes > 32) {
