@@ -138,6 +138,88 @@ inline double short_sum(const T* a, int64_t n, Map map) {
   return static_cast<double>(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail);
 }
 
+// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
+inline void transpose4(Simd<float, 16>::Value* v) {
+  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
+  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
+  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
+  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
+  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
+  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
+  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
+  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
+}
+
+// short_sum over four float channels of n < 2 kLanes elements side by side (channel g at a + g * n), lane g of the
+// result channel g's sum: each channel's 8 running sums in two 4-lane vectors, transposed so that the fold and the
+// tail take one vector operation for the four, the same additions in the same order as short_sum. R = n % 8: the
+// tail's elements are loaded as the vectors from element n - R on, which reads up to 8 - R elements past a channel
+// (the caller keeps those reads in the tensor).
+template <int R>
+[[gnu::always_inline]] inline Simd<float, 16>::Value short_sums4(const float* a, int64_t n) {
+  using S = Simd<float, 16>;
+  using V = S::Value;
+  const int64_t whole = n - R;
+  V tail = {};
+  if constexpr (R > 0) {  // in order, from +0 (so never -0: adding the running sums' +0 to it leaves it as it is)
+    V last[8];
+    for (int g = 0; g < 4; ++g) last[g] = S::load(a + g * n + whole);
+    transpose4(last);
+    if constexpr (R > 4) {
+      for (int g = 0; g < 4; ++g) last[4 + g] = S::load(a + g * n + whole + 4);
+      transpose4(last + 4);
+    }
+    for (int l = 0; l < R; ++l) tail += last[l];
+    if (whole == 0) return tail;
+  }
+  V low[4] = {}, high[4] = {};
+  for (int64_t i = 0; i < whole; i += 8) {
+    for (int g = 0; g < 4; ++g) {
+      low[g] += S::load(a + g * n + i);
+      high[g] += S::load(a + g * n + i + 4);
+    }
+  }
+  transpose4(low);
+  transpose4(high);
+  return ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
+}
+
+// The means of `channels` float channels of 2 <= n < 2 kLanes elements (n % 8 = R), as global_pool's one channel at a
+// time gives them (short_sum's sum, divided in double, rounded to float), four channels at a time (short_sums4): a
+// short channel's tail and fold cost more than its sum, and four channels share them. Returns the channels done: the
+// last ones, whose tail loads would read past the tensor, are left to the caller. A channel whose sum is not finite
+// goes to one_channel.
+template <int R, class OneChannel>
+int64_t short_means(const float* x, float* y, int64_t channels, int64_t n, OneChannel& one_channel) {
+  using V = Simd<float, 16>::Value;
+  using D = typename VectorOf<double, 32>::Type;
+  using Mask = Simd<float, 16>::Mask;
+  constexpr int64_t kReadPast = R == 0 ? 0 : R <= 4 ? 4 - R : 8 - R;
+  int64_t c = 0;
+  for (; c + 4 <= channels && (c + 4) * n + kReadPast <= channels * n; c += 4) {
+    const V sums = short_sums4<R>(x + c * n, n);
+    if constexpr (kVectorBytes >= 32) {  // one vector of 4 doubles
+      const D quotients = __builtin_convertvector(sums, D) / (D{} + static_cast<double>(n));
+      Simd<float, 16>::store(y + c, __builtin_convertvector(quotients, V));
+    } else {  // in halves: GCC may split a vector wider than the instruction set's into scalars
+      using D2 = typename VectorOf<double, 16>::Type;
+      using V2 = typename VectorOf<float, 8>::Type;
+      const D2 half_length = D2{} + static_cast<double>(n);
+      const D2 low = __builtin_convertvector(__builtin_shufflevector(sums, sums, 0, 1), D2) / half_length;
+      const D2 high = __builtin_convertvector(__builtin_shufflevector(sums, sums, 2, 3), D2) / half_length;
+      const V2 low_means = __builtin_convertvector(low, V2), high_means = __builtin_convertvector(high, V2);
+      Simd<float, 16>::store(y + c, __builtin_shufflevector(low_means, high_means, 0, 1, 2, 3));
+    }
+    const V difference = sums - sums;  // NaN where a sum is infinite or NaN
+    const Mask infinite = difference != difference;
+    if (fold_halves<int32_t, 16>(infinite, [](auto low, auto high) { return low | high; }) != 0) {
+      for (int g = 0; g < 4; ++g)
+        if (infinite[g]) one_channel(c + g);
+    }
+  }
+  return c;
+}
+
 template <class T, class Map, class Loader = AccLoader<T>>
 double mapped_sum_block(const T* a, int64_t n, Map map, Loader&& load = Loader{}) {
   using A = AccOf<T>;
@@ -185,18 +267,6 @@ inline ScaledHalves::Halves drop_first(ScaledHalves::Halves h, int64_t drop) {
   }
 }
 
-// Four vectors, one per channel, transposed in registers: lane l of vector k becomes lane k of vector l.
-inline void transpose4(Simd<float, 16>::Value* v) {
-  const auto front01 = __builtin_shufflevector(v[0], v[1], 0, 4, 1, 5);
-  const auto back01 = __builtin_shufflevector(v[0], v[1], 2, 6, 3, 7);
-  const auto front23 = __builtin_shufflevector(v[2], v[3], 0, 4, 1, 5);
-  const auto back23 = __builtin_shufflevector(v[2], v[3], 2, 6, 3, 7);
-  v[0] = __builtin_shufflevector(front01, front23, 0, 1, 4, 5);
-  v[1] = __builtin_shufflevector(front01, front23, 2, 3, 6, 7);
-  v[2] = __builtin_shufflevector(back01, back23, 0, 1, 4, 5);
-  v[3] = __builtin_shufflevector(back01, back23, 2, 3, 6, 7);
-}
-
 // The means of `count` float16 channels of 8 <= n < 2048 / sizeof(float) elements each (channel j at a + j * n),
 // converted in registers as they are summed instead of into a copy: the float path's sums of the same values in the
 // same order (short_sum's 8 running sums as two vectors, its tail in order and its fold below 2 kLanes elements;
@@ -229,18 +299,28 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
           high[g] += h;
         }
       }
-      if (whole < n) {  // the tail's elements: the last lanes of the 8 halves ending each channel
+      V tail = {};
+      if (n - whole <= 2) {  // in order, from +0; one or two elements: the four channels' gathered, lanes transposed
+        if (whole < n) {
+          ScaledHalves::Halves gathered = {};
+          for (int g = 0; g < 4; ++g) {
+            gathered[g] = static_cast<int16_t>(channel[g][whole].bits);
+            if (n - whole == 2) gathered[4 + g] = static_cast<int16_t>(channel[g][whole + 1].bits);
+          }
+          V first, second;
+          halves.convert(gathered, first, second);
+          tail += first;
+          if (n - whole == 2) tail += second;
+        }
+      } else {  // the last lanes of the 8 halves ending each channel
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) halves.convert(ScaledHalves::load(channel[g] + n - 8), last_low[g], last_high[g]);
-      }
-      transpose4(low);
-      transpose4(high);
-      V tail = {};
-      if (whole < n) {  // in order, from +0
         transpose4(last_low);
         transpose4(last_high);
         for (int64_t lane = 8 - (n - whole); lane < 8; ++lane) tail += lane < 4 ? last_low[lane] : last_high[lane - 4];
       }
+      transpose4(low);
+      transpose4(high);
       const V sum = ((low[0] + low[1]) + (low[2] + low[3])) + ((high[0] + high[1]) + (high[2] + high[3])) + tail;
       std::memcpy(sums + j, &sum, sizeof sum);
     }
@@ -502,7 +582,7 @@ template <class A, int Bytes>
   }
 }
 
-// The maxima of G channels of 2 <= n < one vector elements each (channel g at a + g * n), one vector of Bytes per
+// The maxima of G channels of 2 <= n <= one vector elements each (channel g at a + g * n), one vector of Bytes per
 // channel with the lanes from n on at start: the values max_streams' fold gives, which are those of a scan from lane 0
 // keeping the first of equal values, as max_block's scalar scan does. (A fold in pairs over lanes whose tail is
 // `start` gives the fold of the first power of two lanes holding n: so any width holding n gives the same value, and
@@ -886,7 +966,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       return;
     }
     if (R == Reduction::Average && size < 2 * kLanes<A>) {
-      for (int64_t c = 0; c < channels; ++c) {
+      int64_t c = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        switch (size % 8) {
+          case 0: c = short_means<0>(x, y, channels, size, one_channel); break;
+          case 1: c = short_means<1>(x, y, channels, size, one_channel); break;
+          case 2: c = short_means<2>(x, y, channels, size, one_channel); break;
+          case 3: c = short_means<3>(x, y, channels, size, one_channel); break;
+          case 4: c = short_means<4>(x, y, channels, size, one_channel); break;
+          case 5: c = short_means<5>(x, y, channels, size, one_channel); break;
+          case 6: c = short_means<6>(x, y, channels, size, one_channel); break;
+          default: c = short_means<7>(x, y, channels, size, one_channel); break;
+        }
+      }
+      for (; c < channels; ++c) {
         double total = 0;
         total += short_sum(x + c * size, size, Identity{});
         if (std::isfinite(total)) y[c] = from_acc<T>(total / static_cast<double>(size));
@@ -925,8 +1018,9 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
         return;
       }
-      if (size < Simd<A>::kLength) {
-        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes)
+      if (size <= Simd<A>::kLength) {
+        // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes); a channel of one
+        // whole vector (4x4 floats with AVX-512) too, where max_streams' four running maxima would be folded for one
         auto short_vectors = [&](const A* a, A* maxima) {
           const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
           if constexpr (kVectorBytes > 32) {
