@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["EP_MIN_ORT_VERSION", "ep_session_options", "get_ep_name", "register_ep_library"]
+__all__ = ["EP_MIN_ORT_VERSION", "ep_route_available", "ep_session_options", "get_ep_name", "register_ep_library"]
 
 # The first onnxruntime with EP kernel registries (OrtEpApi::CreateKernelRegistry).
 EP_MIN_ORT_VERSION = (1, 24)
@@ -38,11 +38,12 @@ def get_ep_name() -> str:
     return _library().onnx_pools_ep_name().decode()
 
 
-def _ort_version() -> tuple[int, int]:
+def ep_route_available() -> bool:
+    """Whether this onnxruntime has the plugin-EP API the library's execution provider needs (EP_MIN_ORT_VERSION)."""
     import onnxruntime
 
     major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
-    return major, minor
+    return (major, minor) >= EP_MIN_ORT_VERSION
 
 
 def register_ep_library() -> None:
@@ -52,7 +53,7 @@ def register_ep_library() -> None:
 
     from . import get_library_path
 
-    if _ort_version() < EP_MIN_ORT_VERSION:
+    if not ep_route_available():
         raise RuntimeError(
             f"onnx-pools: the execution provider needs onnxruntime >= 1.24 (this is {onnxruntime.__version__}); "
             "use onnx_pools.session_options() (the custom-op route) instead"

@@ -200,11 +200,11 @@ def test_in_process_modes(tmp_path, mode, columns, kernel_column):
 def test_routes_mode(tmp_path):
     """--routes: from onnxruntime 1.24 each row ran the library's kernel through both routes with the same output;
     below 1.24 the section says why it did not run."""
-    import onnxruntime as ort
+    from onnx_pools.ep import ep_route_available
 
     code, out, err = bench(tmp_path, "--routes", "--threads", "1")
     assert code == 0, err
-    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 24):
+    if not ep_route_available():
         assert "needs onnxruntime >= 1.24" in out
         return
     columns, rows = tables(out)[0]

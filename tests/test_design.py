@@ -284,9 +284,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     """The README's Python blocks, in order, on a GlobalAveragePool model of the shape they feed: each session they
     make runs the library's kernel and gives the mean. The plugin-EP block needs onnxruntime >= 1.24; below that,
     ep_session_options must refuse it."""
-    import onnxruntime as ort
-
-    from onnx_pools.ep import EP_MIN_ORT_VERSION
+    from onnx_pools.ep import ep_route_available
 
     blocks = re.findall(r"```python\n(.*?)```", _section(README.read_text(), "## Usage from Python"), re.S)
     assert len(blocks) == 2 and "ep_session_options" in blocks[0] and "session_options(model=" in blocks[1]
@@ -296,7 +294,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     x = np.random.default_rng(0).random((1, 64, 56, 56), dtype=np.float32)
     expected = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
     namespace: dict = {}
-    ep_available = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= EP_MIN_ORT_VERSION
+    ep_available = ep_route_available()
     for block in blocks:
         if "ep_session_options" in block and not ep_available:
             with pytest.raises(RuntimeError, match="1.24"):

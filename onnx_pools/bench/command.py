@@ -272,9 +272,9 @@ def _routes(run: _Run) -> None:
     import onnxruntime as ort
 
     from onnx_pools.bench.routes import ROUNDS, ROUNDS_QUICK, routes_table
-    from onnx_pools.ep import EP_MIN_ORT_VERSION
+    from onnx_pools.ep import ep_route_available
 
-    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < EP_MIN_ORT_VERSION:
+    if not ep_route_available():
         run.section(
             "routes", f"not run: the plugin-EP route needs onnxruntime >= 1.24 (this is {ort.__version__})\n", True
         )

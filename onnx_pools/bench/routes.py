@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import onnxruntime as ort
 
-    from onnx_pools.ep import EP_MIN_ORT_VERSION
+    from onnx_pools.ep import ep_route_available
 
-    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < EP_MIN_ORT_VERSION:
+    if not ep_route_available():
         print(f"error: the EP route needs onnxruntime >= 1.24 (this is {ort.__version__})", file=sys.stderr)
         return 2
     threads = [int(t) for t in args.threads.split(",") if t.strip()]

@@ -83,10 +83,9 @@ ROW_BUDGET_QUICK_S = 6.0
 
 def available_engines() -> tuple[str, ...]:
     """ENGINES, and with onnxruntime >= 1.24 the plugin-EP route: onnx_pools.ep_session_options() (its defaults)."""
-    import onnxruntime as ort
+    from onnx_pools.ep import ep_route_available
 
-    version = tuple(int(p) for p in ort.__version__.split(".")[:2])
-    return ENGINES + (("ep",) if version >= (1, 24) else ())
+    return ENGINES + (("ep",) if ep_route_available() else ())
 
 
 def pools_reach_library_only_through_ep(model: Any) -> bool:
