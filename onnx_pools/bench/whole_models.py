@@ -167,12 +167,9 @@ def _options(
     return so
 
 
-def layout_nodes(path: str) -> str:
-    """Layout nodes of an optimised graph; a ReorderOutput is named with the ops reading its output, which tells a
-    conversion of a pooled output (-> Flatten) from one of a pool's whole input (-> GlobalMaxPool)."""
-    import onnx
-
-    m = onnx.load(path)
+def layout_nodes(m: Any) -> str:
+    """Layout nodes of an optimised graph (onnx.ModelProto); a ReorderOutput is named with the ops reading its output,
+    which tells a conversion of a pooled output (-> Flatten) from one of a pool's whole input (-> GlobalMaxPool)."""
     consumers = defaultdict(list)
     for n in m.graph.node:
         for i in n.input:
@@ -191,12 +188,10 @@ def layout_nodes(path: str) -> str:
     return ", ".join(f"{k} x{v}" for k, v in sorted(c.items())) or "none"
 
 
-def graph_nodes(path: str) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
-    """An optimised graph's nodes (op type, domain, inputs, outputs), in order: two sessions that save equal lists
-    run the same kernels of the same provider on the same tensors."""
-    import onnx
-
-    return [(n.op_type, n.domain, tuple(n.input), tuple(n.output)) for n in onnx.load(path).graph.node]
+def graph_nodes(m: Any) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """An optimised graph's (onnx.ModelProto) nodes (op type, domain, inputs, outputs), in order: two sessions that
+    save equal lists run the same kernels of the same provider on the same tensors."""
+    return [(n.op_type, n.domain, tuple(n.input), tuple(n.output)) for n in m.graph.node]
 
 
 def _profile(model: bytes, engine: str, threads: int, feeds: dict[str, np.ndarray], tmp: str) -> dict[str, float]:
@@ -315,9 +310,10 @@ def measure_whole_models(
                                 # ORT cannot save a graph holding an EP's fused (compiled) nodes: the session without
                                 path = None
                                 sessions[e] = ort.InferenceSession(model, _options(e, model, t))
-                            layouts[e] = layout_nodes(path) if path else "-"
+                            layouts[e] = "-"
                             if path:
-                                graphs[e] = graph_nodes(path)
+                                optimised = onnx.load(path)
+                                layouts[e], graphs[e] = layout_nodes(optimised), graph_nodes(optimised)
                     except Exception as exc:  # e.g. a model stock ORT cannot run
                         rows.append({**row, "error": str(exc).splitlines()[0][:80]})
                         break
@@ -417,7 +413,7 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
                 ratios_served[e].append(row["ratio"][e])
             elif e in unserved and CONTROL in row["ratio"]:
                 unserved[e].append((row["ratio"][e], row["ratio"][CONTROL]))
-                stock_graph[e] += bool(row.get("same_graph", {}).get(e))
+                stock_graph[e] += row["same_graph"][e]
             low, high = row["iqr"][e]
             cells.append(f"{row['ratio'][e]:.2f} ({low:.2f}-{high:.2f})" + ("" if row["served"][e] else "°"))
         lines.append(
