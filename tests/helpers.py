@@ -82,6 +82,7 @@ __all__ = [
     "run_session",
     "run_with_library",
     "selected",
+    "short_sum_order",
     "strip_ort_wrapper",
     "subprocess_env",
     "to_ortvalue",
@@ -624,6 +625,23 @@ def _cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+
+def short_sum_order(rows: np.ndarray) -> np.ndarray:
+    """The sum of each row of `rows` (2-D) in the order the global pools document for short channels (short_sum in
+    csrc/kernels/global/global_pools.h), in rows' type: 8 running sums over steps of 8 from +0, the tail added in
+    order from +0, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) + tail. Overflow to infinity is part of
+    the model."""
+    n = rows.shape[1]
+    whole = n - n % 8
+    s = np.zeros((rows.shape[0], 8), rows.dtype)
+    tail = np.zeros(rows.shape[0], rows.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, whole, 8):
+            s += rows[:, i : i + 8]
+        for i in range(whole, n):
+            tail += rows[:, i]
+        return ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7])) + tail
 
 
 def cpu_isas() -> list[str]:

@@ -21,7 +21,7 @@ import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import cpu_isas, rerun_on_isa, run_op, short_sum_order
 
 __all__ = ["cases", "check_all", "check_vector_maxima", "max_cases", "max_input", "specified_means"]
 
@@ -36,15 +36,8 @@ def specified_means(x: np.ndarray) -> np.ndarray:
     """The means of the channels of x (N x C x spatial) in the specified order, in float32, rounded to x's type."""
     flat = x.reshape(x.shape[0] * x.shape[1], -1).astype(np.float32)
     n = flat.shape[1]
-    whole = n - n % 8
-    s = np.zeros((flat.shape[0], 8), np.float32)
-    tail = np.zeros(flat.shape[0], np.float32)
+    total = short_sum_order(flat)
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(0, whole, 8):
-            s += flat[:, i : i + 8]
-        for i in range(whole, n):
-            tail += flat[:, i]
-        total = ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7])) + tail
         means = (total.astype(np.float64) / n).astype(np.float32)
     for j in np.flatnonzero(~np.isfinite(total)):  # summed again in double, in order
         again = 0.0

@@ -31,7 +31,7 @@ import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import cpu_isas, rerun_on_isa, run_op, short_sum_order
 
 __all__ = ["case_count", "check_all", "float_cases", "float_model", "half_cases", "half_mean_model", "max_cases"]
 
@@ -43,19 +43,8 @@ HALF_CHANNELS = 5
 
 
 def _short_sum(v: np.ndarray) -> np.floating:
-    """short_sum: 8 running sums over steps of 8, the tail in order from +0, then the documented fold (in v's type)."""
-    f = v.dtype.type
-    n = v.size
-    whole = n - n % 8
-    s = np.zeros(8, v.dtype)
-    for i in range(0, whole, 8):
-        s = s + v[i : i + 8]
-    tail = f(0)
-    for i in range(whole, n):
-        tail = f(tail + v[i])
-    left = f(f(s[0] + s[1]) + f(s[2] + s[3]))
-    right = f(f(s[4] + s[5]) + f(s[6] + s[7]))
-    return f(f(left + right) + tail)
+    """short_sum of one block (in v's type)."""
+    return short_sum_order(v[np.newaxis])[0]
 
 
 def _lane_sum(v: np.ndarray) -> np.floating:
