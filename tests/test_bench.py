@@ -16,6 +16,7 @@ from onnx_pools.bench.report import (
     README_END,
     TABLES_BEGIN,
     TABLES_END,
+    merge_cpu_sections,
     readme_summary,
     rewrite_readme,
     write_tables,
@@ -263,6 +264,31 @@ def test_markdown_into_a_new_file(tmp_path):
     assert path.read_text() == "# onnx-pools benchmark\n\nothers\n"
 
 
+def _section(cpu, tables):
+    return f"- CPU: {cpu} (2 logical CPUs); flags: avx2; caches: L2 1M\n- date: 2000-01-01\n\n### Table\n\n{tables}\n"
+
+
+def test_markdown_keeps_one_section_per_cpu(tmp_path):
+    """--markdown into the page: a run replaces the section of its CPU model (its header's "- CPU: " line) and
+    keeps every other CPU's, in their order; a CPU not on the page yet is added after them."""
+    amd, arm = _section("AMD EPYC", "amd tables"), _section("Arm", "a")
+    intel = _section("Intel(R) Xeon(R) Processor", "x")
+    assert merge_cpu_sections(amd, intel) == f"{amd}\n{intel}"
+    both = merge_cpu_sections(amd, intel)
+    intel_again = _section("Intel(R) Xeon(R) Processor", "newer")
+    assert merge_cpu_sections(both, intel_again) == f"{amd}\n{intel_again}"
+    assert merge_cpu_sections(merge_cpu_sections(both, arm), _section("AMD EPYC", "amd2")) == (
+        f"{_section('AMD EPYC', 'amd2')}\n{intel}\n{arm}"
+    )
+    assert merge_cpu_sections("\n", amd) == amd  # an empty generated part
+    assert merge_cpu_sections("tables of no CPU\n", amd) == amd
+    page = tmp_path / "performance.md"
+    page.write_text(f"# Performance\n\n{TABLES_BEGIN}\n{amd}{TABLES_END}\nend\n")
+    write_tables(str(page), intel)
+    write_tables(str(page), intel_again)
+    assert page.read_text() == f"# Performance\n\n{TABLES_BEGIN}\n{amd}\n{intel_again}{TABLES_END}\nend\n"
+
+
 def test_readme_summary_at_most_ten_rows():
     """One row per headline case measured, at 1 thread on the first path, however many rows the table has."""
     env = {"cpu": "CPU X", "onnx_pools": "0.1.0", "onnxruntime": "1.0", "torch": None, "date": "2000-01-01"}
@@ -303,3 +329,19 @@ def test_time_alternating_takes_turns_with_one_burst_length():
     assert [len(s) for s in samples] == [3, 3]
     assert counts[0] == counts[1] == 3 + 1  # a burst of one run each (the slower warm-up sizes both), + warm-up
     assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]  # warm-ups, then b first (start=1), rotating
+
+
+def test_time_alternating_three_functions_each_follows_each_other_alike():
+    """With three functions (a worker's library, stock ORT and PyTorch at 1 thread), each runs right after each of
+    the others equally often within samples: a rotation alone would always run one after the same other."""
+    from collections import Counter
+
+    from onnx_pools.bench.timing import time_alternating
+
+    calls: list[int] = []
+    fns = [lambda k=k: calls.append(k) for k in range(3)]
+    samples, counts = time_alternating(fns, runs=6, warmup=0)
+    assert [len(s) for s in samples] == [6, 6, 6] and counts == [6, 6, 6]
+    follows = Counter((b, a) for s in range(6) for a, b in zip(calls[3 * s : 3 * s + 2], calls[3 * s + 1 : 3 * s + 3]))
+    assert sorted(follows) == [(a, b) for a in range(3) for b in range(3) if a != b]
+    assert set(follows.values()) == {2}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -12,6 +12,7 @@ from onnx_pools.ortvalues import bfloat16
 
 __all__ = [
     "Case",
+    "TORCH_CALLS",
     "TorchCall",
     "build_model",
     "make_cases",
@@ -19,6 +20,8 @@ __all__ = [
     "onnx_type",
     "qlinear_params",
     "small_shape",
+    "torch_call_name",
+    "with_torch_call",
 ]
 
 OPSET = 18
@@ -106,6 +109,29 @@ QAVG3X3 = (
     _torch_quantized_avg_pool(3, 1, 1),
     "ao.nn.quantized.functional.avg_pool2d, channels_last quint8/qint8 (x86 engine)",
 )
+# The TorchCalls by name: a worker process rebuilds a case's PyTorch call from its name (a TorchCall is a closure,
+# which pickle cannot send)
+TORCH_CALLS = {
+    "GAP": GAP,
+    "GMP": GMP,
+    "GLP2": GLP2,
+    "GLP1": GLP1,
+    "LP3X3": LP3X3,
+    "LP2X2": LP2X2,
+    "QAVG3X3": QAVG3X3,
+}
+
+
+def torch_call_name(case: Case) -> str | None:
+    """The name in TORCH_CALLS of the case's PyTorch call (None: it has none)."""
+    return next((name for name, (call, _) in TORCH_CALLS.items() if call is case.torch_call), None)
+
+
+def with_torch_call(case: Case, name: str | None) -> Case:
+    """The case with the PyTorch call TORCH_CALLS[name] (None: without one)."""
+    return replace(case, torch_call=TORCH_CALLS[name][0] if name else None)
+
+
 LP3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
 Q3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
 

@@ -2,8 +2,9 @@
 
 Modes (one or several; none: the default table):
   (default)        each case (a one-node ONNX model) timed on the library (every ISA the CPU runs, each in its own
-                   worker process with ONNX_POOLS_ISA forced), stock ONNX Runtime, PyTorch and OpenVINO (where
-                   installed), at each thread count, in interleaved rounds; the read-bandwidth ceiling
+                   worker process with ONNX_POOLS_ISA forced), stock ONNX Runtime and PyTorch (in each worker, beside
+                   its library) and OpenVINO (where installed), at each thread count, in interleaved rounds; the
+                   read-bandwidth ceiling
   --baseline LIB   adds another build of the library, timed on each ISA in the same process, samples alternating
   --scaling        the library's own 1 -> t thread scaling of the windowed cases, alone, in many short rounds
   --spread         each QLinearAveragePool configuration of a shape against the fastest, library only

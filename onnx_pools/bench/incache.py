@@ -1,8 +1,8 @@
 """--in-cache: the global pools on 4 MB inputs, which stay in the last-level cache between runs, so that the
 kernels' own speed shows rather than memory's: the library on each kernel set of --isa (each in its own worker
 process, IOBinding with pre-bound OrtValues, so that ORT's per-call cost is small) against PyTorch (bfloat16
-included) and OpenVINO where installed, for every global op (GlobalLpPool p=1 and p=2) and float type, at each
-thread count, in interleaved rounds."""
+included; timed in the same worker process) and OpenVINO where installed, for every global op (GlobalLpPool p=1 and
+p=2) and float type, at each thread count, in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 from onnx_pools.bench.cases import GAP, GLP1, GLP2, GMP, Case, build_model
 from onnx_pools.bench.engines import openvino_module, openvino_runner, torch_module
 from onnx_pools.bench.reference import agrees, reference
-from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_setup
 from onnx_pools.ortvalues import bfloat16
 
 __all__ = ["in_cache_cases", "in_cache_table"]
@@ -65,14 +65,11 @@ def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bo
         x = _input(case, rng)
         model = build_model(case, case.shape)
         ref = reference(case, x)
-        for w in workers:
-            w.call("setup", model, x, thread_counts)
-        runners: list[tuple[str, int, Runner]] = []
+        for w in workers:  # PyTorch timed in each ISA's worker, beside its library
+            worker_setup(w, model, x, thread_counts, torch_case=case if torch is not None else None)
+        runners: list[tuple[str, int, Runner]] = [(engine_of(w), t, w) for t in thread_counts for w in workers]
         notes: dict[str, str] = {}
         for t in thread_counts:
-            runners += [(engine_of(w), t, w) for w in workers]
-            if torch is not None and case.torch_call is not None:
-                runners.append(("torch", t, case.torch_call(case, x)))
             if openvino_module() is not None and notes.get("openvino") is None:
                 try:
                     run, y = openvino_runner(model, x, t)
@@ -89,16 +86,15 @@ def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bo
             ok_all &= kernel_ok[isa]
             for t in thread_counts:
                 lib = ms[(isa, t)]
+                engines = {"torch": (engine_of(w, "torch"), t), "openvino": ("openvino", t)}
 
                 def cell(e: str) -> str:
-                    return notes.get(e) or (f"{ms[(e, t)]:.4f}" if (e, t) in ms else "-")
+                    return notes.get(e) or (f"{ms[engines[e]]:.4f}" if engines[e] in ms else "-")
 
                 def speedup(e: str) -> str:
-                    return f"{ms[(e, t)] / lib:.2f}" if (e, t) in ms and e not in notes else "-"
+                    return f"{ms[engines[e]] / lib:.2f}" if engines[e] in ms and e not in notes else "-"
 
-                if (("torch", t) in ms and ms[("torch", t)] < lib) or (
-                    ("openvino", t) in ms and "openvino" not in notes and ms[("openvino", t)] < lib
-                ):
+                if any(engines[e] in ms and e not in notes and ms[engines[e]] < lib for e in engines):
                     slower.append(f"{case.name()} ({isa}, {t} thread(s))")
                 lines.append(
                     f"| {case.name()} | {isa} | {t} | {lib:.4f} | {cell('torch')} | {cell('openvino')} | "
@@ -110,6 +106,7 @@ def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bo
         f"- slower than PyTorch or OpenVINO: {len(slower)} of {len(lines) - 2} rows"
         + (f" ({', '.join(slower)})" if slower else ""),
         f"- medians of {rounds} interleaved rounds, each sample the mean of a burst of runs of about "
-        f"{SAMPLE_S * 1e6:.0f} us; the library on each kernel set in its own process (ONNX_POOLS_ISA forced)",
+        f"{SAMPLE_S * 1e6:.0f} us; the library on each kernel set in its own process (ONNX_POOLS_ISA forced), PyTorch "
+        "timed in that process too, samples alternating at 1 thread",
     ]
     return "\n".join(lines) + "\n", ok_all

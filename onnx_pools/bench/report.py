@@ -20,8 +20,10 @@ __all__ = [
     "HEADLINE_CASES",
     "README_BEGIN",
     "README_END",
+    "cpu_of_section",
     "environment",
     "header",
+    "merge_cpu_sections",
     "readme_summary",
     "rewrite_between",
     "rewrite_readme",
@@ -34,6 +36,8 @@ README_END = "<!-- perf-summary:end -->"
 # written whole
 TABLES_BEGIN = "<!-- perf-tables:begin -->"
 TABLES_END = "<!-- perf-tables:end -->"
+# The first line of a run's header (header()): the CPU model name keys the page's generated section per CPU
+_CPU_LINE = re.compile(r"^- CPU: (.+?) \(\d+ logical CPUs\)", re.MULTILINE)
 # The README's summary: one row per case (its label, without the shape), at 1 thread on the best path measured.
 HEADLINE_CASES = (
     "GlobalAveragePool f32",
@@ -178,7 +182,8 @@ def readme_summary(env: dict[str, Any], results: list[dict[str, Any]]) -> str:
         rows.append(f"| {r['case']} | {r['lib_ms']:.3f} | {stock} | {torch} |")
     return "\n".join(
         [
-            f"{env['cpu']}, 1 thread, {isa} path; onnx-pools {env['onnx_pools']}, onnxruntime {env['onnxruntime']}, "
+            f"Measured on {env['cpu']}, 1 thread, {isa} path; onnx-pools {env['onnx_pools']}, "
+            f"onnxruntime {env['onnxruntime']}, "
             f"torch {env['torch'] or 'not installed'}; {env['date']}. Speed-up = the other's time / the library's "
             "(> 1: the library is faster). Written by `onnx-pools bench --readme README.md`; full tables: "
             "docs/performance.md.",
@@ -207,11 +212,34 @@ def rewrite_readme(path: str, summary: str, dry_run: bool = False) -> None:
     rewrite_between(path, README_BEGIN, README_END, summary, dry_run)
 
 
+def cpu_of_section(text: str) -> str | None:
+    """The CPU model name a run's tables were measured on: from the "- CPU: " line its header starts with."""
+    m = _CPU_LINE.search(text)
+    return m.group(1) if m else None
+
+
+def merge_cpu_sections(generated: str, section: str) -> str:
+    """The generated part of a page (one section per CPU model, each starting with its header's "- CPU: " line)
+    with `section` (a run's header and tables) in place of the section of the same CPU model, or after the others
+    when that CPU has none: a run on one machine keeps every other machine's tables. Text before the first CPU
+    line belongs to no CPU's section and is dropped."""
+    starts = [m.start() for m in _CPU_LINE.finditer(generated)]
+    parts = [generated[a:b].strip() for a, b in zip(starts, [*starts[1:], len(generated)])]
+    cpu, section = cpu_of_section(section), section.strip()
+    replaced = [section if cpu_of_section(part) == cpu else part for part in parts]
+    if section not in replaced:
+        replaced.append(section)
+    return "\n\n".join(replaced) + "\n"
+
+
 def write_tables(path: str, text: str) -> None:
-    """--markdown: `text` between TABLES_BEGIN and TABLES_END of the file at `path` when it has them (a page such
-    as docs/performance.md), else the whole file, under a title."""
+    """--markdown: `text` (a run's header and tables) into the file at `path`: where it has TABLES_BEGIN and
+    TABLES_END (a page such as docs/performance.md), between them in place of the section of the same CPU model,
+    the other CPUs' sections kept (merge_cpu_sections); else as the whole file, under a title."""
     p = Path(path)
-    if p.exists() and TABLES_BEGIN in p.read_text():
-        rewrite_between(path, TABLES_BEGIN, TABLES_END, text)
+    content = p.read_text() if p.exists() else ""
+    if TABLES_BEGIN in content and TABLES_END in content:
+        generated = content[content.find(TABLES_BEGIN) + len(TABLES_BEGIN) : content.find(TABLES_END)]
+        rewrite_between(path, TABLES_BEGIN, TABLES_END, merge_cpu_sections(generated, text))
     else:
         p.write_text(f"# onnx-pools benchmark\n\n{text}")

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnx_pools.bench.cases import Case, build_model, make_input, small_shape
 from onnx_pools.bench.timing import settle_pool_threads
-from onnx_pools.bench.workers import IsaWorker
+from onnx_pools.bench.workers import IsaWorker, worker_setup
 
 __all__ = ["SCALING_ROUNDS", "SPREAD_ROUNDS", "scaling_table", "spread_table"]
 
@@ -43,15 +43,16 @@ def scaling_table(
         x = make_input(c, shape, rng)
         model = build_model(c, shape)
         for w in workers:
-            w.call("setup", model, x, thread_counts)
+            worker_setup(w, model, x, thread_counts)
         samples: dict[tuple[str, int], list[float]] = {(str(w.isa), t): [] for w in workers for t in thread_counts}
         per_round: dict[tuple[str, int], list[float]] = {key: [] for key in samples}
         ok = {str(w.isa): True for w in workers}
         for _ in range(rounds):
             for w in workers:
                 for t in thread_counts:
-                    ts, ran = w.time(c.op, t, SCALING_TARGET_S, SCALING_RUNS, 0.0)[0]
-                    ok[str(w.isa)] &= ran
+                    got, ran = w.time(c.op, t, SCALING_TARGET_S, SCALING_RUNS, 0.0)
+                    ts = got["lib"]
+                    ok[str(w.isa)] &= ran["lib"]
                     samples[(str(w.isa), t)] += ts
                     per_round[(str(w.isa), t)].append(statistics.median(ts))
                     if t > 1:
@@ -103,7 +104,7 @@ def spread_table(
         for k, c in enumerate(members):
             x, model = make_input(c, shape, rng), build_model(c, shape)
             for w in workers:
-                w.call("setup", model, x, [1], k)
+                worker_setup(w, model, x, [1], key=(k,))
         samples: dict[tuple[str, int], list[float]] = {
             (str(w.isa), k): [] for w in workers for k in range(len(members))
         }
@@ -111,9 +112,9 @@ def spread_table(
         for _ in range(rounds):
             for w in workers:
                 for k, c in enumerate(members):
-                    ts, ran = w.time(c.op, 1, SCALING_TARGET_S, SCALING_RUNS, 0.0, k)[0]
-                    ok[str(w.isa)] &= ran
-                    samples[(str(w.isa), k)] += ts
+                    got, ran = w.time(c.op, 1, SCALING_TARGET_S, SCALING_RUNS, 0.0, k)
+                    ok[str(w.isa)] &= ran["lib"]
+                    samples[(str(w.isa), k)] += got["lib"]
         for w in workers:
             w.call("clear")
             isa = str(w.isa)

@@ -1,7 +1,8 @@
 """--small-planes: the planes CNN heads pool, 1x1 to 17x17, over C = 1024 and C = 32 channels (batch 1), for every
 global op and LpPool 3x3 s1 pad1 p=2, float32 and float16: the library on every ISA (worker processes with
-ONNX_POOLS_ISA forced) against stock ONNX Runtime and PyTorch, in interleaved rounds of short bursts. Inputs of
-microseconds, where a node's per-run cost is much of the time: a custom op must not lose to stock there either."""
+ONNX_POOLS_ISA forced) against stock ONNX Runtime and PyTorch timed in the same process, in interleaved rounds of
+short bursts. Inputs of microseconds, where a node's per-run cost is much of the time: a custom op must not lose to
+stock there either."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from onnx_pools.bench.cases import GAP, GLP2, GMP, LP3X3, LP3X3_ATTRS, Case, build_model, make_input
-from onnx_pools.bench.engines import bound_runner, ort_session, torch_module
-from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_setup
 
 __all__ = ["small_plane_cases", "small_planes_table"]
 
@@ -46,18 +46,12 @@ def small_plane_cases(small: bool) -> list[tuple[Case, tuple[int, ...]]]:
 def _time_case(
     case: Case, shape: tuple[int, ...], threads: list[int], rounds: int, workers: list[IsaWorker], x: np.ndarray
 ) -> tuple[dict[tuple[str, int], float], dict[str, bool]]:
-    """(median ms per (engine, threads), the library's kernel ran on each ISA)."""
+    """(median ms per (engine, threads), the library's kernel ran on each ISA): each worker times its library,
+    stock ORT and PyTorch in its own process."""
     model = build_model(case, shape)
     for w in workers:
-        w.call("setup", model, x, threads)
-    torch = torch_module()
-    runners: list[tuple[str, int, Runner]] = []
-    for t in threads:
-        runners += [(engine_of(w), t, w) for w in workers]
-        run, _ = bound_runner(ort_session(model, False, t), x)
-        runners.append(("stock", t, run))
-        if torch is not None and case.torch_call is not None:
-            runners.append(("torch", t, case.torch_call(case, x)))
+        worker_setup(w, model, x, threads, stock=True, torch_case=case)
+    runners: list[tuple[str, int, Runner]] = [(engine_of(w), t, w) for t in threads for w in workers]
     samples, kernel_ok = time_interleaved(runners, case.op, rounds, 0.0, 1, SAMPLE_S, workers)
     return {key: statistics.median(ts) * 1e3 for key, ts in samples.items()}, kernel_ok
 
@@ -81,7 +75,8 @@ def small_planes_table(
             isa = engine_of(w)
             ok_all &= kernel_ok[isa]
             for t in threads:
-                lib, stock, torch = ms[(isa, t)], ms[("stock", t)], ms.get(("torch", t))
+                lib, stock = ms[(isa, t)], ms[(engine_of(w, "stock"), t)]
+                torch = ms.get((engine_of(w, "torch"), t))
                 vs_stock = stock / lib
                 vs_torch = f"{torch / lib:.2f}" if torch else "-"
                 counted[(isa, t)] = counted.get((isa, t), 0) + 1
@@ -103,7 +98,8 @@ def small_planes_table(
     lines += [
         "",
         f"speed-up = other time / lib time (> 1: the library is faster); medians of {rounds} interleaved rounds, each "
-        f"sample the mean of a burst of runs of about {SAMPLE_S * 1e6:.0f} us. Inputs standard normal; PyTorch calls "
-        "as in the default table.",
+        f"sample the mean of a burst of runs of about {SAMPLE_S * 1e6:.0f} us; stock ORT and PyTorch timed in each "
+        "ISA's worker process beside its library, samples alternating at 1 thread. Inputs standard normal; PyTorch "
+        "calls as in the default table.",
     ]
     return "\n".join(lines) + "\n", ok_all

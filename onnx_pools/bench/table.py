@@ -1,6 +1,6 @@
-"""The default table: each case timed on the library (every ISA, in worker processes), stock ONNX Runtime,
-PyTorch and OpenVINO (where installed), at each thread count, in interleaved rounds; and the read-bandwidth
-ceiling the big cases are measured against."""
+"""The default table: each case timed on the library (every ISA, in worker processes, each also timing stock ONNX
+Runtime and PyTorch for its rows) and OpenVINO (where installed), at each thread count, in interleaved rounds; and
+the read-bandwidth ceiling the big cases are measured against."""
 
 from __future__ import annotations
 
@@ -11,16 +11,10 @@ from typing import Any, Callable
 import numpy as np
 
 from onnx_pools.bench.cases import Case, build_model, make_input
-from onnx_pools.bench.engines import (
-    bound_runner,
-    openvino_module,
-    openvino_runner,
-    ort_session,
-    torch_module,
-)
+from onnx_pools.bench.engines import bound_runner, openvino_module, openvino_runner, ort_session, torch_module
 from onnx_pools.bench.reference import agrees, reference
 from onnx_pools.bench.timing import time_runs
-from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_outputs
+from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_setup
 from onnx_pools.model_tools import max_abs_diff
 
 __all__ = ["ROUNDS", "SMALL_BYTES", "bench_case", "compare", "markdown_table", "read_ceiling"]
@@ -99,9 +93,10 @@ def bench_case(
     workers: list[IsaWorker],
     small: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per (ISA, thread count). Every engine (the library on each ISA, stock ORT, torch, OpenVINO) and
-    thread count of the case is timed in each of ROUNDS rounds (SMALL_ROUNDS of bursts for small inputs), in turn;
-    its time is the median over all its samples."""
+    """One row per (ISA, thread count). Every engine (the library, stock ORT and torch in each ISA's worker,
+    OpenVINO and the ceiling here) and thread count of the case is timed in each of ROUNDS rounds (SMALL_ROUNDS of
+    bursts for small inputs), in turn; its time is the median over all its samples. A row's stock and torch times
+    are those of its ISA's worker."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
     base: dict[int, dict[str, Any]] = {
@@ -117,21 +112,14 @@ def bench_case(
         }
         for t in thread_counts
     }
-    runners: list[tuple[str, int, Runner]] = []
+    runners: list[tuple[str, int, Runner]] = [(engine_of(w), t, w) for t in thread_counts for w in workers]
     outputs: dict[tuple[str, int], np.ndarray] = {}
-    for w in workers:
-        outputs.update(worker_outputs(w, model, x, thread_counts))
-    torch = torch_module() if case.torch_call is not None else None
+    stock_errors: dict[tuple[str, int], str] = {}
+    for w in workers:  # the library, stock ORT and PyTorch of each ISA's row, timed in its worker's process
+        got, errors = worker_setup(w, model, x, thread_counts, stock=True, torch_case=case)
+        outputs.update(got)
+        stock_errors.update(errors)
     for t in thread_counts:
-        runners += [(engine_of(w), t, w) for w in workers]
-        try:
-            run, outputs[("stock", t)] = bound_runner(ort_session(model, False, t), x)
-            run()
-            runners.append(("stock", t, run))
-        except Exception as e:
-            base[t].update(stock_ms=None, stock_error=str(e).splitlines()[0][:200])
-        if torch is not None and case.torch_call is not None:
-            runners.append(("torch", t, case.torch_call(case, x)))
         if openvino_module() is not None:
             try:
                 run, y = openvino_runner(model, x, t)
@@ -174,14 +162,15 @@ def bench_case(
                 r["lib_kernel_ok"] &= kernel_ok["baseline:" + isa]
                 before, after = outputs[("baseline:" + isa, t)], outputs[(isa, t)]
                 r["same_as_baseline"] = before.tobytes() == after.tobytes()
-            r["stock_ms"] = medians.get(("stock", t))
-            r["torch_ms"] = medians.get(("torch", t))
+            stock = (engine_of(w, "stock"), t)
+            if stock in stock_errors:
+                r["stock_error"] = stock_errors[stock]
+            r["stock_ms"] = medians.get(stock)
+            r["torch_ms"] = medians.get((engine_of(w, "torch"), t))
             r["openvino_ms"] = medians.get(("openvino", t))
             if ceiling_bytes is not None:
                 r["ceiling_in_rounds_GBps"] = ceiling_bytes / (medians[("ceiling", t)] * 1e-3) / 1e9
-            r["max_diff_vs_stock"] = (
-                compare(outputs[(isa, t)], outputs[("stock", t)]) if ("stock", t) in outputs else None
-            )
+            r["max_diff_vs_stock"] = compare(outputs[(isa, t)], outputs[stock]) if stock in outputs else None
             for k in ("lib", "stock", "torch", "openvino"):
                 ms = r.get(f"{k}_ms")
                 r[f"{k}_GBps"] = r["bytes_read"] / (ms * 1e-3) / 1e9 if ms else None

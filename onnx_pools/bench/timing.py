@@ -142,15 +142,22 @@ def _alternate(
     n = runs if runs is not None else int(min(max_runs, max(min_runs, round(target_s / per_sample))))
     samples: list[list[float]] = [[] for _ in fns]
     for i in range(start, start + n):
-        # the order rotates from sample to sample: a function run right after a heavier one (its caches evicted)
-        # is not always the same one
-        for k in (*range(i % len(fns), len(fns)), *range(i % len(fns))):
+        for k in _sample_order(i, len(fns)):
             fn, burst = fns[k], bursts[k][0]
             t0 = time.perf_counter()
             for _ in range(burst):
                 fn()
             samples[k].append((time.perf_counter() - t0) / burst)
     return samples, [n * burst + w for (burst, _), w in zip(bursts, warmups)]
+
+
+def _sample_order(i: int, count: int) -> list[int]:
+    """The order of the functions in sample i: it rotates from sample to sample, so that a function run right
+    after a heavier one (its caches evicted) is not always the same one; with three or more functions every other
+    cycle of rotations runs in reverse, since a rotation keeps who follows whom (function k would always follow
+    function k - 1)."""
+    order = [*range(i % count, count), *range(i % count)]
+    return order[::-1] if count > 2 and (i // count) % 2 else order
 
 
 def median_time(fn: Callable[[], Any], target_s: float = 0.15, min_runs: int = 5, max_runs: int = 200) -> float:

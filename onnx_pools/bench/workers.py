@@ -1,7 +1,9 @@
 """Timing workers: one process per instruction set (ONNX_POOLS_ISA forced when it loads the library), so that every
-path is timed in the same interleaved rounds. With --baseline the worker also runs another build of the library
-(ONNX_POOLS_BASELINE) in the same process, its samples alternating with the library's one by one: a comparison of
-two builds that neither the load of other processes nor one process's memory layout tilts. Run as
+path is timed in the same interleaved rounds. The engines a row compares the library with (stock ONNX Runtime,
+PyTorch) are timed in the same worker process, in the same turn: at 1 thread their samples alternate with the
+library's one by one, so that a process's own conditions (the CPU it was woken on, its memory layout, the load of
+other processes at that moment) hit them alike. With --baseline the worker also runs another build of the library
+(ONNX_POOLS_BASELINE) in the same process, its samples alternating with the library's one by one. Run as
 `python -m onnx_pools.bench.workers` by IsaWorker; messages are pickles on stdin / stdout."""
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import os
 import pickle
 import subprocess
 import sys
+from dataclasses import replace
 from typing import Any, Callable, Union
 
 import numpy as np
 
 import onnx_pools
+from onnx_pools.bench.cases import Case, torch_call_name, with_torch_call
 from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
 from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
@@ -28,7 +32,7 @@ __all__ = [
     "start_workers",
     "stop_all",
     "time_interleaved",
-    "worker_outputs",
+    "worker_setup",
 ]
 
 ISA_ORDER = ["avx512", "avx2", "neon", "portable"]
@@ -36,7 +40,8 @@ TURN_WARMUP_S = 1e-3
 
 
 def _serve() -> int:
-    """The worker's loop: builds library sessions for the cases the parent sends and times them when asked."""
+    """The worker's loop: builds the sessions (and PyTorch calls) of the cases the parent sends and times them when
+    asked."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the reply stream
 
@@ -47,7 +52,9 @@ def _serve() -> int:
     baseline = os.environ.get("ONNX_POOLS_BASELINE")
     # The builds' counters: ctypes gets the instance ORT loaded from the same file
     counters = [_call_counter(os.path.realpath(path)) for path in (onnx_pools.get_library_path(), baseline) if path]
-    runners: dict[tuple[Any, ...], list[Callable[[], Any]]] = {}
+    builds = ["lib", "baseline"] if baseline else ["lib"]
+    # per (key, threads): the engines' run functions, by engine ("lib", "baseline", then the others asked for)
+    runners: dict[tuple[Any, ...], dict[str, Callable[[], Any]]] = {}
     turns = 0
     while True:
         try:
@@ -58,47 +65,86 @@ def _serve() -> int:
         if kind == "isa":
             send(onnx_pools.active_isa())
         elif kind == "setup":  # (a key: kept beside the sessions of other keys, for --spread)
-            _, model, x, threads, *key = msg
+            _, model, x, threads, others, *key = msg
             # An unpickled array lives in the pickle's buffer, which numpy did not allocate: it gets no transparent
-            # huge pages, where the parent's arrays (stock ORT's, PyTorch's, OpenVINO's and the ceiling's input)
-            # do, and a stream over 4 KiB pages reads markedly slower. A copy by numpy reads like theirs.
+            # huge pages, where arrays numpy allocates do, and a stream over 4 KiB pages reads markedly slower
+            # (the parent's engines, OpenVINO and the read ceiling, read arrays numpy allocated). A copy by numpy.
             x = np.array(x, copy=True)
             if not key:
                 runners.clear()
             outputs: dict[tuple[str, int], np.ndarray] = {}
+            errors: dict[tuple[str, int], str] = {}
             for t in threads:
-                runners[(*key, t)] = []
-                for build in ("lib", "baseline") if baseline else ("lib",):
-                    run, outputs[(build, t)] = bound_runner(
+                runners[(*key, t)] = engines = {}
+                for build in builds:
+                    engines[build], outputs[(build, t)] = bound_runner(
                         ort_session(model, True, t, baseline if build == "baseline" else None), x
                     )
-                    runners[(*key, t)].append(run)
-            send(outputs)
-        elif kind == "time":  # [the library's samples, the baseline's], each with "its kernel ran every time"
+                if others.get("stock"):
+                    try:
+                        engines["stock"], outputs[("stock", t)] = bound_runner(ort_session(model, False, t), x)
+                    except Exception as e:  # e.g. a type stock ORT has no kernel for
+                        errors[("stock", t)] = str(e).splitlines()[0][:200]
+                if others.get("torch") and torch_module() is not None:
+                    case, name = others["torch"]
+                    case = with_torch_call(case, name)
+                    assert case.torch_call is not None
+                    engines["torch"] = case.torch_call(case, x)
+            send((outputs, errors))
+        elif kind == "time":  # ({engine: samples}, {build: its kernel ran every time})
             _, op, t, target, min_runs, sample_s, *key = msg
-            builds = runners[(*key, t)]
+            engines = runners[(*key, t)]
             before = [count(op) for count in counters]
-            # each call starts with the other build: the first samples after the parent's engines ran are slower
             turns += 1
-            samples, calls = time_alternating(
-                builds,
-                target * len(builds),
-                min_runs,
-                sample_s=sample_s,
-                start=turns,
-                warmup_s=_turn_warmup_s(sample_s),
-            )
+            samples, calls = _time_turn(engines, builds, t, target, min_runs, sample_s, turns)
             # with the library itself as the baseline the two builds share one counter: it counts both's runs
-            ran = [
-                count(op) - b == sum(c for other, c in zip(counters, calls) if other is count)
-                for count, b in zip(counters, before)
-            ]
-            send(list(zip(samples, ran)))
+            ran = {
+                build: count(op) - b == sum(calls[other] for other, c in zip(builds, counters) if c is count)
+                for build, count, b in zip(builds, counters, before)
+            }
+            send((samples, ran))
         elif kind == "clear":
             runners.clear()
             send(None)
         else:
             return 0
+
+
+def _time_turn(
+    engines: dict[str, Callable[[], Any]],
+    builds: list[str],
+    threads: int,
+    target: float,
+    min_runs: int,
+    sample_s: float,
+    turn: int,
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """A worker's turn of a round: (samples per engine, calls per engine), every engine timed for about `target`
+    seconds and at least `min_runs` samples. At 1 thread all engines alternate sample by sample; at more threads the
+    library's builds alternate with each other, and each other engine (stock ORT, PyTorch) takes a turn of its own,
+    followed by a wait until its pool threads stop spinning (they would take a core from the next). Each call starts
+    with another engine, `turn` rotating it."""
+    torch = torch_module() if "torch" in engines else None
+    if torch is not None:
+        torch.set_num_threads(threads)
+    groups = [list(engines)] if threads == 1 else [builds, *([e] for e in engines if e not in builds)]
+    groups = groups[turn % len(groups) :] + groups[: turn % len(groups)]
+    samples: dict[str, list[float]] = {}
+    calls: dict[str, int] = {}
+    for group in groups:
+        got, made = time_alternating(
+            [engines[e] for e in group],
+            target * len(group),
+            min_runs,
+            sample_s=sample_s,
+            start=turn,
+            warmup_s=_turn_warmup_s(sample_s),
+        )
+        samples.update(zip(group, got))
+        calls.update(zip(group, made))
+        if threads > 1:
+            settle_pool_threads()
+    return samples, calls
 
 
 @functools.cache
@@ -140,10 +186,13 @@ class IsaWorker:
         except EOFError:
             raise RuntimeError(f"the benchmark's worker process exited (code {self.process.wait()})") from None
 
-    def time(self, op: str, threads: int, target_s: float, runs: int, sample_s: float, *key: Any) -> list[Any]:
-        """[(the library's samples, its kernel ran every time)] and with a baseline the same of the baseline
-        build, their samples taken in turn (time_alternating)."""
-        return list(self.call("time", op, threads, target_s, runs, sample_s, *key))
+    def time(
+        self, op: str, threads: int, target_s: float, runs: int, sample_s: float, *key: Any
+    ) -> tuple[dict[str, list[float]], dict[str, bool]]:
+        """A turn of the worker's engines of the sessions set up for `key` at `threads` (_time_turn): ({engine:
+        samples}, {"lib" (and "baseline"): its kernel ran every time})."""
+        samples, ran = self.call("time", op, threads, target_s, runs, sample_s, *key)
+        return samples, ran
 
     def stop(self) -> None:
         try:
@@ -179,15 +228,32 @@ def stop_all(workers: list[IsaWorker]) -> None:
         w.stop()
 
 
-def engine_of(worker: IsaWorker, build: str = "lib") -> str:
-    """The engine name in the timing tables of the worker's library (its ISA) or of its baseline build
-    ("baseline:ISA")."""
-    return ("baseline:" if build == "baseline" else "") + str(worker.isa)
+def engine_of(worker: IsaWorker, engine: str = "lib") -> str:
+    """The engine name in the timing tables of an engine of the worker: its library (its ISA), or "baseline:ISA",
+    "stock:ISA", "torch:ISA" (that build of the library, stock ORT, PyTorch, timed in the worker's process)."""
+    return ("" if engine == "lib" else engine + ":") + str(worker.isa)
 
 
-def worker_outputs(worker: IsaWorker, model: bytes, x: np.ndarray, threads: list[int]) -> dict[tuple[str, int], Any]:
-    """Sets up the worker's sessions of the model (both builds with a baseline): {(engine, threads): output}."""
-    return {(engine_of(worker, build), t): y for (build, t), y in worker.call("setup", model, x, threads).items()}
+def worker_setup(
+    worker: IsaWorker,
+    model: bytes,
+    x: np.ndarray,
+    threads: list[int],
+    stock: bool = False,
+    torch_case: Case | None = None,
+    key: tuple[Any, ...] = (),
+) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], str]]:
+    """Sets up the worker's sessions of the model at each thread count: the library (both builds with a
+    baseline), with `stock` a stock ORT session, with `torch_case` its PyTorch call (when torch is installed), all
+    timed in the worker's turns. ({(engine, threads): output} of the ORT sessions, {(engine, threads): why it
+    could not be made}); `key`: kept beside the sessions of other keys (--spread), else they replace them."""
+    name = torch_call_name(torch_case) if torch_case is not None else None
+    others = {"stock": stock, "torch": (replace(torch_case, torch_call=None), name) if torch_case and name else None}
+    outputs, errors = worker.call("setup", model, x, threads, others, *key)
+    return (
+        {(engine_of(worker, e), t): y for (e, t), y in outputs.items()},
+        {(engine_of(worker, e), t): why for (e, t), why in errors.items()},
+    )
 
 
 Runner = Union[IsaWorker, Callable[[], Any]]
@@ -209,34 +275,25 @@ def time_interleaved(
     sample_s: float,
     workers: list[IsaWorker],
 ) -> tuple[dict[tuple[str, int], list[float]], dict[str, bool]]:
-    """(samples in seconds per (engine, threads), the library's kernel ran on each worker's engine): every runner
-    (a worker, timed in its process, or a callable: stock ORT, torch with its thread count set, ...) timed for
-    `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn; a worker's baseline build in
-    its turn, sample for sample with the library (sample i of each comparable); the workers' sessions are
-    cleared afterwards."""
-    torch = torch_module() if any(engine == "torch" for engine, _, _ in runners) else None
-    samples: dict[tuple[str, int], list[float]] = {(e, t): [] for e, t, _ in runners}
+    """(samples in seconds per (engine, threads), the library's kernel ran on each worker's builds): every runner
+    (a worker, whose engines are timed in its process and turn: _time_turn; or a callable timed here: OpenVINO,
+    the read ceiling) timed for `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn;
+    the workers' sessions are cleared afterwards."""
+    samples: dict[tuple[str, int], list[float]] = {}
     kernel_ok = {engine_of(w, b): True for w in workers for b in ("lib", "baseline")[: 1 + w.baseline]}
-    old_threads = torch.get_num_threads() if torch is not None else None
-    try:
-        for _ in range(rounds):
-            for engine, t, fn in runners:
-                if isinstance(fn, IsaWorker):
-                    (ts, ok), *baseline = fn.time(op, t, per_round, runs, sample_s)
-                    kernel_ok[engine] &= ok
-                    for base_ts, base_ok in baseline:
-                        samples.setdefault((engine_of(fn, "baseline"), t), []).extend(base_ts)
-                        kernel_ok[engine_of(fn, "baseline")] &= base_ok
-                else:
-                    if engine == "torch" and torch is not None:
-                        torch.set_num_threads(t)
-                    ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s, warmup_s=_turn_warmup_s(sample_s))
-                samples[(engine, t)] += ts
-                if t > 1 or engine == "openvino":
-                    settle_pool_threads([w.process.pid for w in workers])
-    finally:
-        if torch is not None:
-            torch.set_num_threads(old_threads)
+    for _ in range(rounds):
+        for engine, t, fn in runners:
+            if isinstance(fn, IsaWorker):
+                got, ran = fn.time(op, t, per_round, runs, sample_s)
+                for e, ts in got.items():
+                    samples.setdefault((engine_of(fn, e), t), []).extend(ts)
+                for b, ok in ran.items():
+                    kernel_ok[engine_of(fn, b)] &= ok
+            else:
+                ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s, warmup_s=_turn_warmup_s(sample_s))
+                samples.setdefault((engine, t), []).extend(ts)
+            if t > 1 or engine == "openvino":
+                settle_pool_threads([w.process.pid for w in workers])
     for w in workers:
         w.call("clear")
     return samples, kernel_ok
