@@ -1198,8 +1198,11 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           }
         }
       } else if (size * static_cast<int64_t>(sizeof(A)) <= kShortMaxGroupBytes) {
+        // not on 16-byte vectors once a channel fills max_streams' four running maxima: there its two channels side
+        // by side keep more loads in flight than one channel at a time
         constexpr int64_t kCount = Simd<A>::kLength;
-        for (; c + kCount <= channels; c += kCount) {
+        const bool blocks = kVectorBytes > 16 || size < 4 * kCount;
+        for (; blocks && c + kCount <= channels; c += kCount) {
           if (!max_channel_block<A, kVectorBytes>(x + c * size, size, y + c)) {
             for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
           }
