@@ -612,6 +612,150 @@ bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
   return true;
 }
 
+// Lane indices for transposed_maxima's shuffles of two vectors of W lanes (b's lanes numbered from W), in blocks of C
+// lanes (16 bytes). in_block_lane: in each block, the even (Odd = 0) or odd lanes of a's block, then those of b's.
+// block_lane: the even or odd blocks of a, then those of b.
+template <int W, int C, int Odd>
+constexpr int in_block_lane(int l) {
+  const int block = l / C, p = l % C, half = C / 2;
+  return p < half ? block * C + 2 * p + Odd : W + block * C + 2 * (p - half) + Odd;
+}
+template <int W, int C, int Odd>
+constexpr int block_lane(int l) {
+  const int half = W / C / 2, block = l / C, p = l % C;
+  return block < half ? (2 * block + Odd) * C + p : W + (2 * (block - half) + Odd) * C + p;
+}
+template <int W, int C, bool InBlock, int Odd, class V, size_t... L>
+[[gnu::always_inline]] inline V pick_lanes(V a, V b, std::index_sequence<L...>) {
+  if constexpr (InBlock) {
+    return __builtin_shufflevector(a, b, in_block_lane<W, C, Odd>(L)...);
+  } else {
+    return __builtin_shufflevector(a, b, block_lane<W, C, Odd>(L)...);
+  }
+}
+
+// The maxima of the lanes of W = Bytes / sizeof(A) vectors m[0..W) (no NaN), as one vector: lane c is fold_pairs'
+// maximum of m[c] keeping the first of equal values. Each step takes two neighbouring runs of a vector's lanes, the
+// lower one first, as fold_pairs does, but for two vectors' lanes at once: first within 16-byte blocks (two vectors'
+// even lanes against their odd lanes, the shufps pattern), then whole blocks. W - 1 steps of two shuffles and a
+// comparison for W channels, where folding each alone takes log2(W) steps and a scalar out per channel.
+template <class A, int Bytes>
+[[gnu::always_inline]] inline typename Simd<A, Bytes>::Value transposed_maxima(typename Simd<A, Bytes>::Value* m) {
+  using V = typename Simd<A, Bytes>::Value;
+  constexpr int W = Bytes / static_cast<int>(sizeof(A));
+  constexpr int C = 16 / static_cast<int>(sizeof(A));
+  auto keep_first = [](V first, V second) { return second > first ? second : first; };
+  constexpr auto lanes = std::make_index_sequence<W>{};
+  int count = W;
+#pragma GCC unroll 4
+  for (int run = 1; run < C; run *= 2, count /= 2) {
+#pragma GCC unroll 16
+    for (int i = 0; i < count / 2; ++i) {
+      m[i] = keep_first(pick_lanes<W, C, true, 0>(m[2 * i], m[2 * i + 1], lanes),
+                        pick_lanes<W, C, true, 1>(m[2 * i], m[2 * i + 1], lanes));
+    }
+  }
+  if constexpr (W > C) {
+#pragma GCC unroll 4
+    for (int blocks = W / C; blocks > 1; blocks /= 2, count /= 2) {
+#pragma GCC unroll 16
+      for (int i = 0; i < count / 2; ++i) {
+        m[i] = keep_first(pick_lanes<W, C, false, 0>(m[2 * i], m[2 * i + 1], lanes),
+                          pick_lanes<W, C, false, 1>(m[2 * i], m[2 * i + 1], lanes));
+      }
+    }
+  }
+  return m[0];
+}
+
+// One channel's running maxima lane by lane as max_streams<G, 4> takes them (n > one native vector), folded over its
+// K = 4 vectors as it folds them, into one vector whose fold_pairs gives max_streams' value; NaNs seen are or-ed
+// into nan.
+template <class A>
+[[gnu::always_inline]] inline typename Simd<A>::Value channel_lanes_max(const A* a, int64_t n, A start,
+                                                                        typename Simd<A>::Mask& nan) {
+  using S = Simd<A>;
+  using V = typename S::Value;
+  constexpr int N = S::kLength;
+  constexpr int K = 4;
+  auto keep_first = [](V first, V second) { return second > first ? second : first; };
+  auto nan_of = [](V v, V w) {
+    if constexpr (kPairedNanCheck) return unordered(v, w);
+    else return (v != v) | (w != w);
+  };
+  V m0 = S::splat(start);
+  int64_t i = 0;
+  if (n >= K * N) {
+    V m[K];
+    for (auto& v : m) v = m0;
+    for (; i + K * N <= n; i += K * N) {
+      V v[K];
+      for (int k = 0; k < K; ++k) {
+        v[k] = S::load(a + i + k * N);
+        m[k] = v[k] > m[k] ? v[k] : m[k];
+      }
+      nan |= nan_of(v[0], v[1]) | nan_of(v[2], v[3]);
+    }
+    for (; i < n; i += N) {
+      const V v = S::load(a + (i + N <= n ? i : n - N));
+      m[0] = v > m[0] ? v : m[0];
+      nan |= v != v;
+    }
+    m[2] = keep_first(m[2], m[3]);
+    m[0] = keep_first(m[0], m[1]);
+    return keep_first(m[0], m[2]);
+  }
+  auto pair = [&](V v, V w) {
+    m0 = v > m0 ? v : m0;
+    m0 = w > m0 ? w : m0;
+    nan |= nan_of(v, w);
+  };
+  for (; i + 2 * N <= n; i += 2 * N) pair(S::load(a + i), S::load(a + i + N));
+  if (i + N < n) {  // the last vector ends at n
+    pair(S::load(a + i), S::load(a + n - N));
+  } else if (i < n) {
+    const V v = S::load(a + n - N);
+    m0 = v > m0 ? v : m0;
+    nan |= v != v;
+  }
+  return m0;
+}
+
+// The maxima of W = Bytes / sizeof(A) channels of n >= 2 elements each (channel c at a + c * n) into out[0..W), the
+// values max_short_vectors (n <= a vector of Bytes) or max_streams<G, 4> (longer channels, Bytes = the native width)
+// give, from -inf; false if a NaN came by (out is then not written).
+template <class A, int Bytes>
+[[gnu::always_inline]] inline bool max_channel_block(const A* a, int64_t n, A* out) {
+  using S = Simd<A, Bytes>;
+  using V = typename S::Value;
+  using M = typename S::Mask;
+  constexpr int W = S::kLength;
+  constexpr A kStart = -std::numeric_limits<A>::infinity();
+  V m[W];
+  M nan = {};
+  if (n <= W) {
+    V lane;
+    for (int l = 0; l < W; ++l) lane[l] = static_cast<A>(l);
+    const M inside = lane < static_cast<A>(n);
+    const V fill = S::splat(kStart);
+#pragma GCC unroll 16
+    for (int c = 0; c < W; ++c) {
+      const V v = load_first_of<A, Bytes>(a + c * n, n);
+      nan |= v != v;
+      m[c] = inside ? v : fill;
+    }
+  } else {
+    if constexpr (Bytes == kVectorBytes) {
+#pragma GCC unroll 16
+      for (int c = 0; c < W; ++c) m[c] = channel_lanes_max(a + c * n, n, kStart, nan);
+    }
+  }
+  using E = typename S::MaskElement;
+  if (fold_halves<E, Bytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
+  S::store(out, transposed_maxima<A, Bytes>(m));
+  return true;
+}
+
 // NaN is sticky: once a lane holds NaN no comparison replaces it, as numpy's max propagates NaN.
 template <class A>
 inline A max_step(A m, A v) {
@@ -1031,6 +1175,20 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           }
           return max_short_vectors<kShortMaxGroup>(a, size, kStart, maxima);
         };
+        // blocks of as many channels as a vector of that width has lanes, their maxima stored as one vector
+        auto blocks = [&](auto width) {
+          constexpr int kWidth = decltype(width)::value;
+          constexpr int64_t kCount = kWidth / static_cast<int>(sizeof(A));
+          for (; c + kCount <= channels; c += kCount) {
+            if (!max_channel_block<A, kWidth>(x + c * size, size, y + c)) {
+              for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
+            }
+          }
+        };
+        const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
+        if (bytes <= 16) blocks(std::integral_constant<int, 16>{});
+        else if (bytes <= 32) blocks(std::integral_constant<int, kVectorBytes >= 32 ? 32 : kVectorBytes>{});
+        else blocks(std::integral_constant<int, kVectorBytes>{});
         for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
           A maxima[kShortMaxGroup];
           if (short_vectors(x + c * size, maxima)) {
@@ -1040,6 +1198,15 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           }
         }
       } else if (size * static_cast<int64_t>(sizeof(A)) <= kShortMaxGroupBytes) {
+        // not on 16-byte vectors once a channel fills max_streams' four running maxima: there its two channels side
+        // by side keep more loads in flight than one channel at a time
+        constexpr int64_t kCount = Simd<A>::kLength;
+        const bool blocks = kVectorBytes > 16 || size < 4 * kCount;
+        for (; blocks && c + kCount <= channels; c += kCount) {
+          if (!max_channel_block<A, kVectorBytes>(x + c * size, size, y + c)) {
+            for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
+          }
+        }
         for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
           A maxima[kShortMaxGroup];
           if (max_streams<kShortMaxGroup, 4>(x + c * size, size, size, kStart, maxima)) {
