@@ -7,7 +7,9 @@ per 32-bit word (even and odd elements in separate partial sums, put back in lan
 conversion checked once per channel. The lengths end in a full block of 1024, in a block of 1 to 63 elements (summed
 by short_sum), of exactly 64, and inside a step of 32; channels hold an infinity or a NaN in a later block, subnormal
 halves, large values cancelling over small ones (so that another order of the additions gives other bits) and zeros
-of both signs.
+of both signs. float16 GlobalLpPool over the same channels (p = 2, and p = 1 and 3 against the reference only): on
+the portable path one channel at a time, its halves taken two per word as the means take them, converted by the
+multiply by 2^112 before the power.
 
 float32 / float64 GlobalAveragePool and GlobalLpPool p=2 over long channels (streamed_channels inlined with its block
 sums on SSE2, and for power sums on every path): block ends, short last blocks, tails inside a step, large values
@@ -33,12 +35,22 @@ import onnx_pools
 import reference as R
 from helpers import cpu_isas, rerun_on_isa, run_op, short_sum_order
 
-__all__ = ["case_count", "check_all", "float_cases", "float_model", "half_cases", "half_mean_model", "max_cases"]
+__all__ = [
+    "case_count",
+    "check_all",
+    "float_cases",
+    "float_model",
+    "half_cases",
+    "half_l2_model",
+    "half_mean_model",
+    "max_cases",
+]
 
 BLOCK = 1024
 LANES = 32
-# streamed from 512 halves on (2048 bytes of float); last block: full, 1, 63, 64, 952 (tail of 24), 256
-HALF_LENGTHS = [512, 1024, 1025, 1087, 1088, 3000, 4096, 12544]
+# streamed from 512 halves on (2048 bytes of float); last block: full, 1, 63, 64, 952 (tail of 24), 256; the L2
+# sums' blocks start at 32 (after the probe): their last blocks of 1 to 64 elements at 1089 and 1119 / 1120
+HALF_LENGTHS = [512, 1024, 1025, 1087, 1088, 1089, 1119, 1120, 3000, 4096, 12544]
 HALF_CHANNELS = 5
 
 
@@ -77,6 +89,13 @@ def half_mean_model(channel: np.ndarray) -> np.float16:
     return np.float16(np.float32(_block_total(channel.astype(np.float32)) / channel.size))
 
 
+def half_l2_model(channel: np.ndarray) -> np.float16:
+    """The library's float16 L2 norm of one long channel of finite values: float_model's of the converted values,
+    rounded to float16 from float."""
+    with np.errstate(over="ignore"):  # a norm past float16's range is +inf, as the library's
+        return np.float16(float_model("GlobalLpPool", channel.astype(np.float32)))
+
+
 def float_model(op: str, channel: np.ndarray) -> np.floating:
     """The library's float32 / float64 mean or L2 norm of one long channel by the documented order: the mean's blocks
     from the start; the L2 sum of squares (in the channel's type) first over kLanes elements (short_sum), then in
@@ -90,8 +109,11 @@ def float_model(op: str, channel: np.ndarray) -> np.floating:
     return channel.dtype.type(np.sqrt(probe + _block_total(squares[first:])))
 
 
-def half_cases() -> list[int]:
-    return HALF_LENGTHS
+HALF_LP = [None, 2, 1, 3]  # None: GlobalAveragePool; else GlobalLpPool's p
+
+
+def half_cases() -> list[tuple[int | None, int]]:
+    return [(p, n) for p in HALF_LP for n in HALF_LENGTHS]
 
 
 def make_half_input(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -173,15 +195,17 @@ def check_all() -> int:
     """Every case on this process's ISA (rerun_on_isa runs it with each ISA forced). Returns the number of cases."""
     rng = np.random.default_rng(61)
     checked = 0
-    for n in half_cases():
+    for p, n in half_cases():
         x = make_half_input(n, rng)
-        y, _ = run_op("GlobalAveragePool", 22, "float16", x)
-        what = f"GlobalAveragePool float16 (1, {HALF_CHANNELS}, {n}) on {onnx_pools.active_isa()}"
-        ref = R.global_pool("GlobalAveragePool", x)
-        R.assert_close(y, ref, "float16", scale=R.input_scale(x), what=what)
+        op = "GlobalAveragePool" if p is None else "GlobalLpPool"
+        y, _ = run_op(op, 22, "float16", x, {} if p is None else {"p": p})
+        what = f"{op} p={p} float16 (1, {HALF_CHANNELS}, {n}) on {onnx_pools.active_isa()}"
+        ref = R.global_pool(op, x, p or 2)
+        scale = R.input_scale(x) if p is None else float(np.abs(ref[np.isfinite(ref)]).max())
+        R.assert_close(y, ref, "float16", scale=scale, what=what)
         for c in range(HALF_CHANNELS):
-            if np.isfinite(R.to_f64(x[0, c])).all():
-                model = half_mean_model(x[0, c])
+            if p in (None, 2) and np.isfinite(R.to_f64(x[0, c])).all():
+                model = half_mean_model(x[0, c]) if p is None else half_l2_model(x[0, c])
                 assert y[0, c, 0].tobytes() == model.tobytes(), f"{what}, channel {c}: {y[0, c, 0]!r} vs {model!r}"
         assert np.isposinf(y[0, 3, 0]) and np.isnan(y[0, 4, 0]), what
         checked += 1

@@ -408,11 +408,24 @@ struct AccLoader<Float16> {
       v[k + 1] = reinterpret_cast<S::Value>((high >> 3) & static_cast<int32_t>(0x8fffe000u)) * 0x1p112f;
     }
   }
+  // load's values of 8 halves taken as 4 words, two halves each, without a shuffle: halves 0, 2, 4, 6 (the low
+  // half of each word) into even, 1, 3, 5, 7 into odd. The low half is first moved up; then as in load.
+  void load_words(const Float16* p, S::Value& even, S::Value& odd) {
+    Halves h;
+    std::memcpy(&h, p, sizeof h);
+    const SignedHalves magnitude = reinterpret_cast<SignedHalves>(h & 0x7fff);
+    largest = magnitude > largest ? magnitude : largest;
+    const Words w = reinterpret_cast<Words>(h);
+    even = reinterpret_cast<S::Value>(((w << 16) >> 3) & static_cast<int32_t>(0x8fffe000u)) * 0x1p112f;
+    odd = reinterpret_cast<S::Value>((w >> 3) & static_cast<int32_t>(0x8fffe000u)) * 0x1p112f;
+  }
   bool exact() const {
     // whether float subnormal inputs are taken as they are, not as zeros (x86's denormals-are-zero, Arm's
-    // flush-to-zero): a subnormal times 2^112, computed at run time (volatile), in any build of this portable set
+    // flush-to-zero, which both apply to a comparison's inputs as to a multiply's): a subnormal compared with zero at
+    // run time (volatile), in any build of this portable set. A comparison, not a multiply: x86 multiplies a
+    // subnormal in a microcode assist (some 100 ns), once per block.
     volatile float subnormal = 0x1p-140f;
-    bool covered = subnormal * 0x1p112f != 0.0f;
+    bool covered = subnormal != 0.0f;
     for (int l = 0; l < 8; ++l) covered &= largest[l] < 0x7c00;
     return covered;
   }
@@ -487,6 +500,10 @@ struct ScaledHalvesLoader {
     for (int k = 0; k < kVectors; k += 2) halves.convert(ScaledHalves::load(p + k * S::kLength), v[k], v[k + 1]);
   }
   void load_tail(const Float16* p, int64_t r, S::Value* v) { load_padded(*this, p, r, v); }
+  // load's values taken two halves per word (ScaledHalves::convert_words)
+  void load_words(const Float16* p, S::Value& even, S::Value& odd) {
+    halves.convert_words(ScaledHalves::load(p), even, odd);
+  }
   bool exact() const { return halves.finite() && ScaledHalves::kept_subnormals(); }
 };
 #elif defined(__F16C__) && !defined(__AVX512F__)

@@ -56,12 +56,29 @@ constexpr bool kScaledHalvesStream =
 #else
     false;
 #endif
+// Float16 Lp sums without F16C, one channel at a time too: their values in words (half_word_stream_sum), with no
+// shuffle, leave one channel's partial sums and conversions in SSE2's registers.
 template <class T, Reduction R>
-constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max || kScaledHalvesStream<T, R> ? 1
-                               : kVectorBytes < 32                                                             ? 2
-                               : R != Reduction::Lp                                                            ? 1
-                               : kVectorBytes == 64                                                            ? 4
-                                                                                                               : 3;
+constexpr bool kWordHalvesStream =
+#if defined(__SSE2__) && !defined(__F16C__)
+    std::is_same_v<T, Float16> && (R == Reduction::Average || R == Reduction::Lp);
+#else
+    false;
+#endif
+template <class T, Reduction R>
+constexpr int kStreamedGroup = std::is_same_v<T, AccOf<T>> || R == Reduction::Max || kWordHalvesStream<T, R> ? 1
+                               : kVectorBytes < 32                                                           ? 2
+                               : R != Reduction::Lp                                                          ? 1
+                               : kVectorBytes == 64                                                          ? 4
+                                                                                                             : 3;
+
+// A hint to load the cache line `bytes` past p (an address only: nothing is read, and none past the input faults).
+inline void prefetch_ahead(const void* p, int64_t bytes) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)));
+}
+// How far ahead the float16 sums without a conversion instruction prefetch their input. Their loops take longer per
+// byte than a plain read; the hardware's prefetchers alone left a stream from L3 or memory waiting on its loads.
+constexpr int64_t kHalvesPrefetchBytes = 8192;
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -361,29 +378,33 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
 #endif
 
 #if defined(__SSE2__) && !defined(__F16C__)
-// mapped_sum_streams<1> over float16 with ScaledHalvesLoader (n >= 2 kLanes): the same 32 lanes, additions and
-// fold. The halves are taken as 32-bit words, two per word, so that each converts with shifts and a mask within its
-// word (ScaledHalves::convert_words): no shuffle. The even elements of 8 loaded halves fill one vector, the odd ones
-// another, so partial sums E[q] and O[q] hold lanes 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}: each lane adds the same
-// elements in the same order as mapped_sum_streams' lane does, and the lanes are put back in order (an interleave)
-// before the fold.
-inline double scaled_half_stream_sum(const Float16* a, int64_t n, ScaledHalvesLoader& loader) {
-  using V = ScaledHalvesLoader::S::Value;
+// mapped_sum_streams<1> over float16 (n >= 2 kLanes) with a loader of two halves per word (ScaledHalvesLoader,
+// summed in its scaled domain, or AccLoader<Float16>, whose values map takes): the same 32 lanes, additions and fold.
+// Each half converts with shifts and a mask within its word: no shuffle. The even elements of 8 loaded halves fill
+// one vector, the odd ones another, so partial sums E[q] and O[q] hold lanes 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}:
+// each lane adds the same elements in the same order as mapped_sum_streams' lane does, and the lanes are put back in
+// order (an interleave) before the fold.
+template <class Loader, class Map>
+inline double half_word_stream_sum(const Float16* a, int64_t n, Map map, Loader& loader) {
+  using V = Simd<float, 16>::Value;
   static_assert(kLanes<float> == 32, "4 loads of 8 halves per step");
-  ScaledHalves halves = loader.halves;  // a local: stores to the caller's copy would wait on the input's loads
+  Loader load = loader;  // a local: stores to the caller's copy would wait on the input's loads
   const int64_t whole = n - n % 32;
   V even[4] = {}, odd[4] = {};
   auto step = [&](const Float16* p) {
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
       V e, o;
-      halves.convert_words(ScaledHalves::load(p + 8 * q), e, o);
-      even[q] += e;
-      odd[q] += o;
+      load.load_words(p + 8 * q, e, o);
+      even[q] += map(e);
+      odd[q] += map(o);
     }
   };
-  for (int64_t i = 0; i < whole; i += 32) step(a + i);
-  if (whole < n) {  // mapped_sum_streams' zero-padded tail
+  for (int64_t i = 0; i < whole; i += 32) {
+    prefetch_ahead(a + i, kHalvesPrefetchBytes);
+    step(a + i);
+  }
+  if (whole < n) {  // mapped_sum_streams' zero-padded tail (map(+0) is +0)
     Float16 tail[32] = {};
     std::memcpy(tail, a + whole, static_cast<size_t>(n - whole) * sizeof(Float16));
     step(tail);
@@ -393,7 +414,7 @@ inline double scaled_half_stream_sum(const Float16* a, int64_t n, ScaledHalvesLo
     acc[2 * q] = __builtin_shufflevector(even[q], odd[q], 0, 4, 1, 5);
     acc[2 * q + 1] = __builtin_shufflevector(even[q], odd[q], 2, 6, 3, 7);
   }
-  loader.halves = halves;
+  loader = load;
   return fold_vectors<float, 8, 16>(acc);
 }
 #endif
@@ -876,7 +897,7 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
       double sums[G];
       if (n >= 2 * kLanes<A>) {
 #if defined(__SSE2__) && !defined(__F16C__)
-        if constexpr (kScaledHalvesStream<T, R>) sums[0] = scaled_half_stream_sum(x + off, n, loads[0]);
+        if constexpr (kWordHalvesStream<T, R>) sums[0] = half_word_stream_sum(x + off, n, map, loads[0]);
         else
 #endif
           mapped_sum_streams<G>(x + off, size, n, map, loads, sums);
@@ -900,8 +921,9 @@ void streamed_channels(const T* x, int64_t size, T* y, const LpNorm& lp, AccOf<T
         ScaledHalvesLoader load;
         for (int64_t off = 0; off < size; off += kBlock) {
           const int64_t n = min_of(kBlock, size - off);
-          totals[0] += n >= 2 * kLanes<A> ? scaled_half_stream_sum(x + off, n, load) * ScaledHalvesLoader::kScale
-                                          : mapped_sum_block(x + off, n, Identity{});
+          totals[0] += n >= 2 * kLanes<A>
+                           ? half_word_stream_sum(x + off, n, Identity{}, load) * ScaledHalvesLoader::kScale
+                           : mapped_sum_block(x + off, n, Identity{});
         }
         done[0] = load.halves.finite() && std::isfinite(totals[0]);
         if (done[0]) y[0] = from_acc<T>(totals[0] / static_cast<double>(size));
