@@ -1184,6 +1184,16 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
         std::memcpy(y, x, static_cast<size_t>(channels) * sizeof(T));
         return;
       }
+      // blocks of as many channels as a vector of that width has lanes, their maxima stored as one vector
+      auto blocks = [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        constexpr int64_t kCount = kWidth / static_cast<int>(sizeof(A));
+        for (; c + kCount <= channels; c += kCount) {
+          if (!max_channel_block<A, kWidth>(x + c * size, size, y + c)) {
+            for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
+          }
+        }
+      };
       if (size <= Simd<A>::kLength) {
         // in the narrowest vectors that hold a channel (16 bytes: 4 floats, 2 doubles; 32 bytes); a channel of one
         // whole vector (4x4 floats with AVX-512) too, where max_streams' four running maxima would be folded for one
@@ -1196,16 +1206,6 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
             if (bytes <= 16) return max_short_vectors<kShortMaxGroup, A, 16>(a, size, kStart, maxima);
           }
           return max_short_vectors<kShortMaxGroup>(a, size, kStart, maxima);
-        };
-        // blocks of as many channels as a vector of that width has lanes, their maxima stored as one vector
-        auto blocks = [&](auto width) {
-          constexpr int kWidth = decltype(width)::value;
-          constexpr int64_t kCount = kWidth / static_cast<int>(sizeof(A));
-          for (; c + kCount <= channels; c += kCount) {
-            if (!max_channel_block<A, kWidth>(x + c * size, size, y + c)) {
-              for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
-            }
-          }
         };
         const int64_t bytes = size * static_cast<int64_t>(sizeof(A));
         if (bytes <= 16) blocks(std::integral_constant<int, 16>{});
@@ -1222,13 +1222,7 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       } else if (size * static_cast<int64_t>(sizeof(A)) <= kShortMaxGroupBytes) {
         // not on 16-byte vectors once a channel fills max_streams' four running maxima: there its two channels side
         // by side keep more loads in flight than one channel at a time
-        constexpr int64_t kCount = Simd<A>::kLength;
-        const bool blocks = kVectorBytes > 16 || size < 4 * kCount;
-        for (; blocks && c + kCount <= channels; c += kCount) {
-          if (!max_channel_block<A, kVectorBytes>(x + c * size, size, y + c)) {
-            for (int64_t g = 0; g < kCount; ++g) y[c + g] = scanned(c + g);
-          }
-        }
+        if (kVectorBytes > 16 || size < 4 * Simd<A>::kLength) blocks(std::integral_constant<int, kVectorBytes>{});
         for (; c + kShortMaxGroup <= channels; c += kShortMaxGroup) {
           A maxima[kShortMaxGroup];
           if (max_streams<kShortMaxGroup, 4>(x + c * size, size, size, kStart, maxima)) {
