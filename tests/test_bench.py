@@ -2,11 +2,13 @@
 as from an installed wheel; each must run the library's kernel (its call counter, the "kernel ran" column) and
 print its table's columns. No timing is asserted."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import onnx_pools
@@ -32,12 +34,15 @@ def _env():
     return env
 
 
-def bench(tmp_path, *argv, module="onnx_pools.bench"):
+OPENVINO = importlib.util.find_spec("openvino") is not None
+
+
+def bench(tmp_path, *argv, module="onnx_pools.bench", env=None):
     """(exit status, stdout, stderr) of the benchmark run with --small from tmp_path."""
     r = subprocess.run(
         [sys.executable, "-m", *module.split(), *map(str, argv), "--small"],
         cwd=tmp_path,
-        env=_env(),
+        env=env or _env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -99,6 +104,8 @@ def test_table_with_baseline_json_markdown_and_readme(tmp_path):
     for r in data["results"]:  # a max is exact; LpPool's float32 rounding differs from ORT's in the last bits
         assert r["lib_kernel_ok"] and r["lib_ms"] > 0
         assert r["max_diff_vs_stock"] == 0.0 if r["op"] == "GlobalMaxPool" else r["max_diff_vs_stock"] < 1e-6
+        # OpenVINO, where installed, timed in each ISA's worker and agreeing with the float64 reference
+        assert (r["openvino_ms"] > 0 and not r.get("openvino_wrong")) if OPENVINO else r["openvino_ms"] is None
     md = page.read_text()
     assert md.startswith(f"# Performance\n\nmethod\n{TABLES_BEGIN}\n") and md.endswith(f"\n{TABLES_END}\n")
     assert "old tables" not in md
@@ -196,6 +203,82 @@ def test_in_process_modes(tmp_path, mode, columns, kernel_column):
     got, rows = tables(out)[0]
     assert got[: len(columns)] == columns
     assert kernel_ran_everywhere(got, rows, kernel_column or "lib kernel ran")
+
+
+def _library_mapped(pid, name):
+    """Whether the process `pid` has a shared library whose path holds `name` mapped."""
+    with open(f"/proc/{pid}/maps") as f:
+        return any(name in line for line in f)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
+def test_openvino_timed_in_the_worker_beside_the_library():
+    """OpenVINO runs in each ISA's worker process, in the same turns as the library, stock ORT and PyTorch; the
+    worker imports openvino only for a case that asks for it. Without openvino installed, the worker sets up the
+    other engines and OpenVINO has no output and no time."""
+    from onnx_pools.bench.cases import Case, build_model, make_input
+    from onnx_pools.bench.reference import agrees, reference
+    from onnx_pools.bench.workers import start_workers, stop_all, time_interleaved, worker_setup
+
+    case = Case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 16, 8, 8))
+    model, x = build_model(case, case.shape), make_input(case, case.shape, np.random.default_rng(0))
+    workers = start_workers(["portable"])
+    try:
+        (w,) = workers
+        outputs, errors = worker_setup(w, model, x, [1, 2], stock=True)
+        assert set(outputs) == {(e, t) for e in ("portable", "stock:portable") for t in (1, 2)} and not errors
+        assert not _library_mapped(w.process.pid, "libopenvino")  # no case asked for it yet
+        outputs, errors = worker_setup(w, model, x, [1, 2], stock=True, openvino=True)
+        assert not errors
+        runs = [("portable", t, w) for t in (1, 2)]
+        samples, kernel_ok = time_interleaved(runs, case.op, 2, 0.002, 2, 0.0, workers)
+        assert kernel_ok == {"portable": True}
+        if not OPENVINO:
+            assert ("openvino:portable", 1) not in outputs and ("openvino:portable", 1) not in samples
+            return
+        assert _library_mapped(w.process.pid, "libopenvino")
+        ref = reference(case, x)
+        for t in (1, 2):
+            assert agrees(case, outputs[("openvino:portable", t)], ref)
+            # each round's turn timed every engine of the worker, OpenVINO among them
+            counts = {e: len(samples[(e, t)]) for e in ("portable", "stock:portable", "openvino:portable")}
+            assert min(counts.values()) >= 2 * 2, counts
+    finally:
+        stop_all(workers)
+
+
+def test_without_openvino_the_column_says_so(tmp_path):
+    """--in-cache where openvino cannot be imported (a package on the path that raises ImportError): the column
+    reads "-", the other engines are timed."""
+    shim = tmp_path / "no_openvino" / "openvino"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text('raise ImportError("openvino is not installed here")\n')
+    env = _env()
+    env["PYTHONPATH"] = str(shim.parent) + os.pathsep + env["PYTHONPATH"]
+    code, out, err = bench(tmp_path, "--in-cache", "--threads", "1", "--isa", "portable", env=env)
+    assert code == 0, err
+    columns, rows = tables(out)[0]
+    assert kernel_ran_everywhere(columns, rows, "lib kernel ran")
+    assert {row[columns.index("openvino ms")] for row in rows} == {"-"}
+    assert {row[columns.index("speed-up vs openvino")] for row in rows} == {"-"}
+    if importlib.util.find_spec("torch") is not None:
+        assert all(float(row[columns.index("torch ms")]) > 0 for row in rows if "bfloat16" not in row[0])
+
+
+def test_in_cache_openvino_column(tmp_path):
+    """--in-cache with openvino installed: OpenVINO's time in each ISA's rows, or why there is none ("fails",
+    "wrong result"), never missing."""
+    code, out, err = bench(tmp_path, "--in-cache", "--threads", "1", "--isa", "portable,avx2")
+    assert code == 0, err
+    columns, rows = tables(out)[0]
+    assert kernel_ran_everywhere(columns, rows, "lib kernel ran")
+    cells = [row[columns.index("openvino ms")] for row in rows]
+    if not OPENVINO:
+        assert set(cells) == {"-"}
+        return
+    assert all(c in ("fails", "wrong result") or float(c) > 0 for c in cells), cells
+    f32 = [row for row in rows if " float32 " in row[0]]  # OpenVINO's CPU plugin runs every float32 global pool
+    assert f32 and all(float(row[columns.index("openvino ms")]) > 0 for row in f32)
 
 
 def test_routes_mode(tmp_path):

@@ -45,8 +45,14 @@ def torch_module() -> Any:
 
 
 def openvino_module() -> Any:
-    """openvino, or None when not installed (its column then reads "-")."""
+    """openvino, or None when not installed (its column then reads "-"); imported on first use."""
     return _optional_import("openvino")
+
+
+@functools.cache
+def _openvino_core() -> Any:
+    """The process's one OpenVINO Core (its CPU plugin is loaded once, whatever the number of models compiled)."""
+    return openvino_module().Core()
 
 
 @contextlib.contextmanager
@@ -121,20 +127,22 @@ def openvino_runner(model: bytes, x: np.ndarray, threads: int) -> tuple[Callable
     """The one-node model compiled for OpenVINO's CPU plugin at `threads` inference threads with the latency hint:
     (a function running one inference on x, its output). Raises when OpenVINO cannot read or compile the model."""
     ov = openvino_module()
-    core = ov.Core()
+    core = _openvino_core()
     compiled = core.compile_model(
         core.read_model(model=model),
         "CPU",
         {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"},
     )
     request = compiled.create_infer_request()
-    request.set_input_tensor(ov.Tensor(x, shared_memory=True))
+    tensor = ov.Tensor(x, shared_memory=True)  # reads x in place: x lives as long as the function
+    request.set_input_tensor(tensor)
     request.infer()
     y = np.array(request.get_output_tensor().data, copy=True)
+    keep = (compiled, request, tensor, x)
 
     def run() -> Any:
         request.infer()
-        return request
+        return keep
 
     return run, y
 

@@ -1,6 +1,6 @@
 """The default table: each case timed on the library (every ISA, in worker processes, each also timing stock ONNX
-Runtime and PyTorch for its rows) and OpenVINO (where installed), at each thread count, in interleaved rounds; and
-the read-bandwidth ceiling the big cases are measured against."""
+Runtime, PyTorch and OpenVINO, where installed, for its rows), at each thread count, in interleaved rounds; and the
+read-bandwidth ceiling the big cases are measured against."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from onnx_pools.bench.cases import Case, build_model, make_input
-from onnx_pools.bench.engines import bound_runner, openvino_module, openvino_runner, ort_session, torch_module
+from onnx_pools.bench.engines import bound_runner, ort_session, torch_module
 from onnx_pools.bench.reference import agrees, reference
 from onnx_pools.bench.timing import time_runs
 from onnx_pools.bench.workers import IsaWorker, Runner, engine_of, time_interleaved, worker_setup
@@ -93,10 +93,10 @@ def bench_case(
     workers: list[IsaWorker],
     small: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per (ISA, thread count). Every engine (the library, stock ORT and torch in each ISA's worker,
-    OpenVINO and the ceiling here) and thread count of the case is timed in each of ROUNDS rounds (SMALL_ROUNDS of
-    bursts for small inputs), in turn; its time is the median over all its samples. A row's stock and torch times
-    are those of its ISA's worker."""
+    """One row per (ISA, thread count). Every engine (the library, stock ORT, torch and OpenVINO in each ISA's
+    worker, the ceiling here) and thread count of the case is timed in each of ROUNDS rounds (SMALL_ROUNDS of bursts
+    for small inputs), in turn; its time is the median over all its samples. A row's stock, torch and OpenVINO
+    times are those of its ISA's worker; OpenVINO's output is checked against the float64 reference."""
     x = make_input(case, shape, rng)
     model = build_model(case, shape)
     base: dict[int, dict[str, Any]] = {
@@ -114,22 +114,12 @@ def bench_case(
     }
     runners: list[tuple[str, int, Runner]] = [(engine_of(w), t, w) for t in thread_counts for w in workers]
     outputs: dict[tuple[str, int], np.ndarray] = {}
-    stock_errors: dict[tuple[str, int], str] = {}
-    for w in workers:  # the library, stock ORT and PyTorch of each ISA's row, timed in its worker's process
-        got, errors = worker_setup(w, model, x, thread_counts, stock=True, torch_case=case)
+    setup_errors: dict[tuple[str, int], str] = {}
+    for w in workers:  # the library, stock ORT, PyTorch and OpenVINO of each ISA's row, timed in its worker's process
+        got, errors = worker_setup(w, model, x, thread_counts, stock=True, torch_case=case, openvino=True)
         outputs.update(got)
-        stock_errors.update(errors)
-    for t in thread_counts:
-        if openvino_module() is not None:
-            try:
-                run, y = openvino_runner(model, x, t)
-            except Exception as e:  # e.g. an op OpenVINO's ONNX reader does not know
-                base[t]["openvino_error"] = str(e).splitlines()[0][:200]
-            else:
-                ref = reference(case, x)
-                if ref is not None and not agrees(case, y, ref):
-                    base[t]["openvino_wrong"] = True
-                runners.append(("openvino", t, run))
+        setup_errors.update(errors)
+    ref = reference(case, x) if any(e.startswith("openvino:") for e, _ in outputs) else None
     # The big global pools' and LpPool's targets are shares of the read ceiling, and a shared host's read speed
     # drifts: their ceiling is read again in their own rounds (the library's GlobalMaxPool over the ceiling's array)
     ceiling_bytes = None
@@ -162,12 +152,16 @@ def bench_case(
                 r["lib_kernel_ok"] &= kernel_ok["baseline:" + isa]
                 before, after = outputs[("baseline:" + isa, t)], outputs[(isa, t)]
                 r["same_as_baseline"] = before.tobytes() == after.tobytes()
-            stock = (engine_of(w, "stock"), t)
-            if stock in stock_errors:
-                r["stock_error"] = stock_errors[stock]
+            stock, openvino = (engine_of(w, "stock"), t), (engine_of(w, "openvino"), t)
+            if stock in setup_errors:
+                r["stock_error"] = setup_errors[stock]
+            if openvino in setup_errors:
+                r["openvino_error"] = setup_errors[openvino]
+            if openvino in outputs and ref is not None and not agrees(case, outputs[openvino], ref):
+                r["openvino_wrong"] = True
             r["stock_ms"] = medians.get(stock)
             r["torch_ms"] = medians.get((engine_of(w, "torch"), t))
-            r["openvino_ms"] = medians.get(("openvino", t))
+            r["openvino_ms"] = medians.get(openvino)
             if ceiling_bytes is not None:
                 r["ceiling_in_rounds_GBps"] = ceiling_bytes / (medians[("ceiling", t)] * 1e-3) / 1e9
             r["max_diff_vs_stock"] = compare(outputs[(isa, t)], outputs[stock]) if stock in outputs else None
@@ -274,7 +268,8 @@ def markdown_table(ceilings: dict[int, dict[str, float]], results: list[dict[str
         "the ceiling above, but for the global pools and LpPool over 1 MiB, whose ceiling (the library's "
         "GlobalMaxPool over the same array) is read again in their own rounds: " + _ceiling_range(results) + ". "
         "openvino: the same model compiled for OpenVINO's CPU plugin (INFERENCE_NUM_THREADS = threads, "
-        'PERFORMANCE_HINT = LATENCY); "wrong result" where its output misses the float64 reference.',
+        "PERFORMANCE_HINT = LATENCY), timed in each kernel set's worker process beside the library, as stock and "
+        'torch are; "wrong result" where its output misses the float64 reference.',
         "torch calls: " + ("; ".join(torch_calls) if torch_calls else "none (torch not installed)"),
     ]
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Timing workers: one process per instruction set (ONNX_POOLS_ISA forced when it loads the library), so that every
 path is timed in the same interleaved rounds. The engines a row compares the library with (stock ONNX Runtime,
-PyTorch) are timed in the same worker process, in the same turn: at 1 thread their samples alternate with the
-library's one by one, so that a process's own conditions (the CPU it was woken on, its memory layout, the load of
+PyTorch, OpenVINO) are timed in the same worker process, in the same turn: at 1 thread their samples alternate with
+the library's one by one, so that a process's own conditions (the CPU it was woken on, its memory layout, the load of
 other processes at that moment) hit them alike. With --baseline the worker also runs another build of the library
 (ONNX_POOLS_BASELINE) in the same process, its samples alternating with the library's one by one. Run as
 `python -m onnx_pools.bench.workers` by IsaWorker; messages are pickles on stdin / stdout."""
@@ -21,7 +21,14 @@ import numpy as np
 
 import onnx_pools
 from onnx_pools.bench.cases import Case, torch_call_name, with_torch_call
-from onnx_pools.bench.engines import bound_runner, ort_session, python_path_env, torch_module
+from onnx_pools.bench.engines import (
+    bound_runner,
+    openvino_module,
+    openvino_runner,
+    ort_session,
+    python_path_env,
+    torch_module,
+)
 from onnx_pools.bench.timing import settle_pool_threads, time_alternating, time_runs
 
 __all__ = [
@@ -40,8 +47,8 @@ TURN_WARMUP_S = 1e-3
 
 
 def _serve() -> int:
-    """The worker's loop: builds the sessions (and PyTorch calls) of the cases the parent sends and times them when
-    asked."""
+    """The worker's loop: builds the sessions (and PyTorch calls, OpenVINO's compiled models) of the cases the
+    parent sends and times them when asked. torch and openvino are imported on the first case that asks for them."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing else may write to the reply stream
 
@@ -68,7 +75,7 @@ def _serve() -> int:
             _, model, x, threads, others, *key = msg
             # An unpickled array lives in the pickle's buffer, which numpy did not allocate: it gets no transparent
             # huge pages, where arrays numpy allocates do, and a stream over 4 KiB pages reads markedly slower
-            # (the parent's engines, OpenVINO and the read ceiling, read arrays numpy allocated). A copy by numpy.
+            # (the parent's read ceiling reads an array numpy allocated). A copy by numpy.
             x = np.array(x, copy=True)
             if not key:
                 runners.clear()
@@ -90,6 +97,11 @@ def _serve() -> int:
                     case = with_torch_call(case, name)
                     assert case.torch_call is not None
                     engines["torch"] = case.torch_call(case, x)
+                if others.get("openvino") and openvino_module() is not None:
+                    try:  # compiled once per case and thread count, run in every turn
+                        engines["openvino"], outputs[("openvino", t)] = openvino_runner(model, x, t)
+                    except Exception as e:  # e.g. an op OpenVINO's ONNX reader does not know
+                        errors[("openvino", t)] = str(e).splitlines()[0][:200]
             send((outputs, errors))
         elif kind == "time":  # ({engine: samples}, {build: its kernel ran every time})
             _, op, t, target, min_runs, sample_s, *key = msg
@@ -120,10 +132,11 @@ def _time_turn(
     turn: int,
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """A worker's turn of a round: (samples per engine, calls per engine), every engine timed for about `target`
-    seconds and at least `min_runs` samples. At 1 thread all engines alternate sample by sample; at more threads the
-    library's builds alternate with each other, and each other engine (stock ORT, PyTorch) takes a turn of its own,
-    followed by a wait until its pool threads stop spinning (they would take a core from the next). Each call starts
-    with another engine, `turn` rotating it."""
+    seconds and at least `min_runs` samples. At 1 thread all engines alternate sample by sample (OpenVINO's
+    single-thread inference runs on the calling thread, and leaves no thread spinning); at more threads the
+    library's builds alternate with each other, and each other engine (stock ORT, PyTorch, OpenVINO) takes a turn of
+    its own, followed by a wait until its pool threads stop spinning (they would take a core from the next). Each
+    call starts with another engine, `turn` rotating it."""
     torch = torch_module() if "torch" in engines else None
     if torch is not None:
         torch.set_num_threads(threads)
@@ -230,7 +243,8 @@ def stop_all(workers: list[IsaWorker]) -> None:
 
 def engine_of(worker: IsaWorker, engine: str = "lib") -> str:
     """The engine name in the timing tables of an engine of the worker: its library (its ISA), or "baseline:ISA",
-    "stock:ISA", "torch:ISA" (that build of the library, stock ORT, PyTorch, timed in the worker's process)."""
+    "stock:ISA", "torch:ISA", "openvino:ISA" (that build of the library, stock ORT, PyTorch, OpenVINO, timed in the
+    worker's process)."""
     return ("" if engine == "lib" else engine + ":") + str(worker.isa)
 
 
@@ -242,13 +256,19 @@ def worker_setup(
     stock: bool = False,
     torch_case: Case | None = None,
     key: tuple[Any, ...] = (),
+    openvino: bool = False,
 ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], str]]:
     """Sets up the worker's sessions of the model at each thread count: the library (both builds with a
-    baseline), with `stock` a stock ORT session, with `torch_case` its PyTorch call (when torch is installed), all
-    timed in the worker's turns. ({(engine, threads): output} of the ORT sessions, {(engine, threads): why it
-    could not be made}); `key`: kept beside the sessions of other keys (--spread), else they replace them."""
+    baseline), with `stock` a stock ORT session, with `torch_case` its PyTorch call (when torch is installed), with
+    `openvino` the model compiled for OpenVINO's CPU plugin (when openvino is installed), all timed in the worker's
+    turns. ({(engine, threads): output} of the ORT sessions and OpenVINO, {(engine, threads): why it could not be
+    made}); `key`: kept beside the sessions of other keys (--spread), else they replace them."""
     name = torch_call_name(torch_case) if torch_case is not None else None
-    others = {"stock": stock, "torch": (replace(torch_case, torch_call=None), name) if torch_case and name else None}
+    others = {
+        "stock": stock,
+        "torch": (replace(torch_case, torch_call=None), name) if torch_case and name else None,
+        "openvino": openvino,
+    }
     outputs, errors = worker.call("setup", model, x, threads, others, *key)
     return (
         {(engine_of(worker, e), t): y for (e, t), y in outputs.items()},
@@ -276,8 +296,8 @@ def time_interleaved(
     workers: list[IsaWorker],
 ) -> tuple[dict[tuple[str, int], list[float]], dict[str, bool]]:
     """(samples in seconds per (engine, threads), the library's kernel ran on each worker's builds): every runner
-    (a worker, whose engines are timed in its process and turn: _time_turn; or a callable timed here: OpenVINO,
-    the read ceiling) timed for `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn;
+    (a worker, whose engines are timed in its process and turn: _time_turn; or a callable timed here: the read
+    ceiling) timed for `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn;
     the workers' sessions are cleared afterwards."""
     samples: dict[tuple[str, int], list[float]] = {}
     kernel_ok = {engine_of(w, b): True for w in workers for b in ("lib", "baseline")[: 1 + w.baseline]}
@@ -292,7 +312,7 @@ def time_interleaved(
             else:
                 ts, _ = time_runs(fn, per_round, runs, sample_s=sample_s, warmup_s=_turn_warmup_s(sample_s))
                 samples.setdefault((engine, t), []).extend(ts)
-            if t > 1 or engine == "openvino":
+            if t > 1:
                 settle_pool_threads([w.process.pid for w in workers])
     for w in workers:
         w.call("clear")
