@@ -574,7 +574,8 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
     if constexpr (K >= 2) m[g][0] = keep_first(m[g][0], m[g][1]);
     if constexpr (K == 4) m[g][0] = keep_first(m[g][0], m[g][2]);
     // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
-    const A best = fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return keep_first(first, second); });
+    const A best =
+        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return keep_first(first, second); });
     maxima[g] = start < best ? best : start;
   }
   return true;
