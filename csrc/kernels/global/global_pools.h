@@ -488,6 +488,13 @@ template <class A>
 }
 #endif
 
+// The larger of two values or vectors (lane by lane), the first where they are equal (+0 and -0) or unordered: a scan
+// that keeps the first of equal values, taking two neighbouring runs of values the earlier one first.
+template <class V>
+[[gnu::always_inline]] inline V keep_first(V first, V second) {
+  return second > first ? second : first;
+}
+
 // The maxima of G channels side by side (channel g at a + g * stride, n >= one native vector each), each from
 // `start` (max is exact and idempotent, so the order does not change the value). K native vectors of running maxima
 // per channel plus one "saw NaN" mask: a plain compare and select per element, where a sticky-NaN select would
@@ -562,14 +569,13 @@ bool max_streams(const A* a, int64_t stride, int64_t n, A start, A* maxima) {
   using E = typename S::MaskElement;
   if (fold_halves<E, kVectorBytes>(nan[0], [](auto low, auto high) { return low | high; }) != 0) return false;
   static_assert(K == 1 || K == 2 || K == 4);
-  auto keep_first = [](V first, V second) { return second > first ? second : first; };
   for (int g = 0; g < G; ++g) {  // no NaN left: plain maxima, neighbouring vectors first
     if constexpr (K == 4) m[g][2] = keep_first(m[g][2], m[g][3]);
     if constexpr (K >= 2) m[g][0] = keep_first(m[g][0], m[g][1]);
     if constexpr (K == 4) m[g][0] = keep_first(m[g][0], m[g][2]);
     // the first lane holding the maximum, as a scan from lane 0 keeping the first of equal values (+0, -0) gives
     const A best =
-        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return second > first ? second : first; });
+        fold_pairs<A, kVectorBytes>(m[g][0], [](auto first, auto second) { return keep_first(first, second); });
     maxima[g] = start < best ? best : start;
   }
   return true;
@@ -627,7 +633,7 @@ bool max_short_vectors(const A* a, int64_t n, A start, A* maxima) {
   using E = typename S::MaskElement;
   if (fold_halves<E, Bytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
   for (int g = 0; g < G; ++g) {
-    const A best = fold_pairs<A, Bytes>(m[g], [](auto first, auto second) { return second > first ? second : first; });
+    const A best = fold_pairs<A, Bytes>(m[g], [](auto first, auto second) { return keep_first(first, second); });
     maxima[g] = start < best ? best : start;
   }
   return true;
@@ -655,6 +661,24 @@ template <int W, int C, bool InBlock, int Odd, class V, size_t... L>
   }
 }
 
+// Step `Step` of transposed_maxima, then the steps after it: W / 2^(Step + 1) pairs of vectors into one each, lanes
+// 2^Step apart (within 16-byte blocks while that is less than a block, then whole blocks). Recursion rather than a
+// loop whose bound halves: GCC does not unroll that, and the shuffles' lanes must be constants.
+template <class A, int Bytes, int Step>
+[[gnu::always_inline]] inline void transposed_step(typename Simd<A, Bytes>::Value* m) {
+  constexpr int W = Bytes / static_cast<int>(sizeof(A));
+  constexpr int C = 16 / static_cast<int>(sizeof(A));
+  constexpr int kPairs = W >> (Step + 1);
+  constexpr bool kInBlock = (1 << Step) < C;
+  constexpr auto lanes = std::make_index_sequence<W>{};
+#pragma GCC unroll 16
+  for (int i = 0; i < kPairs; ++i) {
+    m[i] = keep_first(pick_lanes<W, C, kInBlock, 0>(m[2 * i], m[2 * i + 1], lanes),
+                      pick_lanes<W, C, kInBlock, 1>(m[2 * i], m[2 * i + 1], lanes));
+  }
+  if constexpr (kPairs > 1) transposed_step<A, Bytes, Step + 1>(m);
+}
+
 // The maxima of the lanes of W = Bytes / sizeof(A) vectors m[0..W) (no NaN), as one vector: lane c is fold_pairs'
 // maximum of m[c] keeping the first of equal values. Each step takes two neighbouring runs of a vector's lanes, the
 // lower one first, as fold_pairs does, but for two vectors' lanes at once: first within 16-byte blocks (two vectors'
@@ -662,30 +686,7 @@ template <int W, int C, bool InBlock, int Odd, class V, size_t... L>
 // comparison for W channels, where folding each alone takes log2(W) steps and a scalar out per channel.
 template <class A, int Bytes>
 [[gnu::always_inline]] inline typename Simd<A, Bytes>::Value transposed_maxima(typename Simd<A, Bytes>::Value* m) {
-  using V = typename Simd<A, Bytes>::Value;
-  constexpr int W = Bytes / static_cast<int>(sizeof(A));
-  constexpr int C = 16 / static_cast<int>(sizeof(A));
-  auto keep_first = [](V first, V second) { return second > first ? second : first; };
-  constexpr auto lanes = std::make_index_sequence<W>{};
-  int count = W;
-#pragma GCC unroll 4
-  for (int run = 1; run < C; run *= 2, count /= 2) {
-#pragma GCC unroll 16
-    for (int i = 0; i < count / 2; ++i) {
-      m[i] = keep_first(pick_lanes<W, C, true, 0>(m[2 * i], m[2 * i + 1], lanes),
-                        pick_lanes<W, C, true, 1>(m[2 * i], m[2 * i + 1], lanes));
-    }
-  }
-  if constexpr (W > C) {
-#pragma GCC unroll 4
-    for (int blocks = W / C; blocks > 1; blocks /= 2, count /= 2) {
-#pragma GCC unroll 16
-      for (int i = 0; i < count / 2; ++i) {
-        m[i] = keep_first(pick_lanes<W, C, false, 0>(m[2 * i], m[2 * i + 1], lanes),
-                          pick_lanes<W, C, false, 1>(m[2 * i], m[2 * i + 1], lanes));
-      }
-    }
-  }
+  transposed_step<A, Bytes, 0>(m);
   return m[0];
 }
 
@@ -699,7 +700,6 @@ template <class A>
   using V = typename S::Value;
   constexpr int N = S::kLength;
   constexpr int K = 4;
-  auto keep_first = [](V first, V second) { return second > first ? second : first; };
   auto nan_of = [](V v, V w) {
     if constexpr (kPairedNanCheck) return unordered(v, w);
     else return (v != v) | (w != w);
@@ -743,10 +743,11 @@ template <class A>
 }
 
 // The maxima of W = Bytes / sizeof(A) channels of n >= 2 elements each (channel c at a + c * n) into out[0..W), the
-// values max_short_vectors (n <= a vector of Bytes) or max_streams<G, 4> (longer channels, Bytes = the native width)
-// give, from -inf; false if a NaN came by (out is then not written).
+// values max_short_vectors (n <= W) or max_streams<G, 4> (n > W, native vectors only) give, from -inf; false if a NaN
+// came by (out is then not written). Vectors narrower than the native ones hold whole channels only: n <= W.
 template <class A, int Bytes>
 [[gnu::always_inline]] inline bool max_channel_block(const A* a, int64_t n, A* out) {
+  static_assert(Bytes <= kVectorBytes);
   using S = Simd<A, Bytes>;
   using V = typename S::Value;
   using M = typename S::Mask;
@@ -754,7 +755,7 @@ template <class A, int Bytes>
   constexpr A kStart = -std::numeric_limits<A>::infinity();
   V m[W];
   M nan = {};
-  if (n <= W) {
+  auto whole_channels = [&] {  // each channel in one vector, the lanes past it at kStart
     V lane;
     for (int l = 0; l < W; ++l) lane[l] = static_cast<A>(l);
     const M inside = lane < static_cast<A>(n);
@@ -765,11 +766,14 @@ template <class A, int Bytes>
       nan |= v != v;
       m[c] = inside ? v : fill;
     }
+  };
+  if constexpr (Bytes < kVectorBytes) {
+    whole_channels();
+  } else if (n <= W) {
+    whole_channels();
   } else {
-    if constexpr (Bytes == kVectorBytes) {
 #pragma GCC unroll 16
-      for (int c = 0; c < W; ++c) m[c] = channel_lanes_max(a + c * n, n, kStart, nan);
-    }
+    for (int c = 0; c < W; ++c) m[c] = channel_lanes_max(a + c * n, n, kStart, nan);
   }
   using E = typename S::MaskElement;
   if (fold_halves<E, Bytes>(nan, [](auto low, auto high) { return low | high; }) != 0) return false;
@@ -826,6 +830,9 @@ template <int W, int K, class Key>
   nan |= fold_halves<int16_t, 2 * W>(nan_seen, [](auto a, auto b) { return a | b; }) != 0;
 }
 
+// The fewest halves max_halves takes in a vector (16 bytes); shorter channels it scans one element at a time.
+constexpr int64_t kShortestHalvesVector = 8;
+
 // max over n 16-bit floats (float16 or bfloat16) without converting them: each value's bits map to a signed
 // integer with the same order (negative values have their magnitude bits flipped), so the max is an integer max
 // of 16 lanes per AVX2 vector (8 on SSE2, which has no float16 conversion instruction: converting in software
@@ -844,8 +851,8 @@ T max_halves(const T* x, int64_t n) {
     max_keys<N, 4>(bits, n, kInfinityBits, key, best, nan);
   } else if (N > 16 && n >= 16) {
     max_keys<N / 2, 1>(bits, n, kInfinityBits, key, best, nan);
-  } else if (N > 8 && n >= 8) {
-    max_keys<8, 1>(bits, n, kInfinityBits, key, best, nan);
+  } else if (N > kShortestHalvesVector && n >= kShortestHalvesVector) {
+    max_keys<kShortestHalvesVector, 1>(bits, n, kInfinityBits, key, best, nan);
   } else {
     for (int64_t i = 0; i < n; ++i) {
       best = max_of(best, static_cast<int16_t>(key(bits[i])));
@@ -861,6 +868,32 @@ T max_halves(const T* x, int64_t n) {
   const int16_t b = static_cast<int16_t>(key(best));
   std::memcpy(&result, &b, sizeof result);
   return result;
+}
+
+// max_halves' order-preserving integer keys of n 16-bit floats, as floats (exact: 16-bit integers), so that the
+// float kernels' maxima of short channels give the keys of max_halves' maxima. Returns whether a NaN's bits came by
+// (its key is no NaN: such a channel's maximum is max_halves' own).
+template <class T>
+bool halves_to_keys(const T* x, float* keys, int64_t n) {
+  constexpr int32_t kInfinityBits = std::is_same_v<T, Float16> ? 0x7c00 : 0x7f80;
+  const int16_t* bits = reinterpret_cast<const int16_t*>(x);
+  int32_t nan = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t b = bits[i];
+    keys[i] = static_cast<float>(b ^ ((b >> 15) & 0x7fff));
+    nan |= (b & 0x7fff) > kInfinityBits ? 1 : 0;
+  }
+  return nan != 0;
+}
+
+// The 16-bit floats whose keys (halves_to_keys) are keys[0..n).
+template <class T>
+void keys_to_halves(const float* keys, T* y, int64_t n) {
+  uint16_t* bits = reinterpret_cast<uint16_t*>(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t k = static_cast<int32_t>(keys[i]);
+    bits[i] = static_cast<uint16_t>(k ^ ((k >> 15) & 0x7fff));
+  }
 }
 
 // The loader of streamed_channels' sums: float and double means in 32-byte loads on AVX-512 (see NarrowLoader; power
@@ -1263,6 +1296,23 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
       if (nan) {
         for (int64_t j = 0; j < channels; ++j)
           if ((bits[j] & 0x7fff) > kInfinityBits) y[j] = max_halves(x + j, 1);
+      }
+      return;
+    }
+    if (size < kShortestHalvesVector) {
+      // channels shorter than max_halves' narrowest vector, which it scans element by element: their keys' maxima
+      // by the float kernel's blocks of channels side by side
+      float keys[kBlock], maxima[kBlock];
+      const int64_t per_block = kBlock / size;
+      for (int64_t c = 0; c < channels; c += per_block) {
+        const int64_t count = min_of(per_block, channels - c);
+        const bool nan = halves_to_keys(x + c * size, keys, count * size);
+        global_pool<float, R>(keys, maxima, count, size, lp);
+        keys_to_halves(maxima, y + c, count);
+        if (nan) {
+          for (int64_t j = c; j < c + count; ++j)
+            if (halves_to_keys(x + j * size, keys, size)) y[j] = max_halves(x + j * size, size);
+        }
       }
       return;
     }
