@@ -5,8 +5,9 @@ back, the blocks of rows whose middle steps run across the rows (2 to 62 rows wi
 several and a last row alone), the middle's 16-lane float pass of the avx512 build and its marked steps, and the
 rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) settled as ORT does, and
 without count_include_pad the first and last value of every row redone down the rows (plane_edge_columns: a last
-vector of rows reaching past the plane, or ending at it). Checked against the float64 reference away from ties and
-against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path."""
+vector of rows reaching past the plane, or ending at it; by ShortRules for the windows of 4 and 6 elements where both
+have one, else by the float pass, or by ORT's value with equal scales). Checked against the float64 reference away
+from ties and against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path."""
 
 from __future__ import annotations
 
@@ -25,9 +26,12 @@ SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 6
 # 0.05 / 0.031 none of them (they need not); equal scales of 1e-32 (below 2^-100) settle the edges' ties without
 # taking ORT's value for every edge output (Ties::Rare, not OrtOnly); equal scales with the zero points at the
 # range's ends: the 9-element windows' whole values (Ties::Whole, by a ShortRule) saturated at Q's lowest; 0.02 /
-# 0.015 (4/3): distinct scales whose 9-element windows (and with count_include_pad every window) take a ShortRule too
+# 0.015 (4/3): distinct scales whose 9-element windows (and with count_include_pad every window) take a ShortRule too,
+# and without it the edge windows of 4 and 6 elements too (plane_edge_columns' ShortRules; with the zero points at
+# the range's ends saturating), where 0.09 / 0.02 has none (plane_edge_columns' float pass)
 SCALES = [
     (0.02, 0.015, "random"),
+    (0.02, 0.015, "low high"),
     (0.05, 0.05, "equal"),
     (0.05, 0.05, "high low"),
     (1e-32, 1e-32, "equal"),

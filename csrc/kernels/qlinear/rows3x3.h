@@ -197,6 +197,12 @@ class Rows3x3Pool {
         }
       }
     }
+    // plane_edge_columns' windows of 4 and 6 elements by ShortRules, where both counts have one
+    if (plane_edges_ && edge_kind_ != Ties::OrtOnly) {
+      edge_rule_[0] = remembered_short_rule(requantiser_, 4);
+      edge_rule_[1] = remembered_short_rule(requantiser_, 6);
+      edge_rules_found_ = edge_rule_[0].found && edge_rule_[1].found;
+    }
   }
 
   void run(const Q* x, Q* y, int64_t units) {
@@ -214,83 +220,151 @@ class Rows3x3Pool {
  private:
   // The windows of the first and last value of each row of a plane (d == 1, count_include_pad 0: windows of 6
   // elements, 4 at the corners, which the rows' vectors took as the middle's), redone kLength rows at a time by the
-  // rule of the windows of two columns (edge_kind_): ORT's value, or the float pass with its marks settled. The last
-  // two values of row k - 2 and the first two of row k - 1 lie together, 4 bytes read at once: seam k, each byte a
-  // lane's element (rows outside the plane: x_zero_point, which adds 0 to both sums).
+  // rule of the windows of two columns (edge_kind_): ORT's value, the exact value by ShortRules where both counts
+  // have one, or the float pass with its marks settled. The last two values of row k - 2 and the first two of row
+  // k - 1 lie together, 4 bytes read at once: seam k, each byte a lane's element (rows outside the plane:
+  // x_zero_point, which adds 0 to both sums). Seams p .. p + 2 hold the windows of both the last value of row
+  // p - 1 (bytes 0, 1: right) and the first of row p (bytes 2, 3: left), which lie together in y too: pair p, one
+  // 2-byte store.
   __attribute__((noinline)) void plane_edge_columns(const Q* x, Q* y) {
     const int64_t h = h_, w = w_, seams = plane_seams();  // the seams outside [1, h] hold pads only (layout)
     int32_t* const words = seam_words_;  // (a local: the member would be loaded again after each store)
     std::memcpy(reinterpret_cast<Q*>(words + 1) + 2, x, 2);
-    for (int64_t k = 2; k <= h; ++k) std::memcpy(words + k, x + (k - 1) * w - 2, 4);
-    std::memcpy(words + h + 1, x + h * w - 2, 2);
-    // per seam: each byte less x_zero_point, dequantised as ORT does (seam_floats_ [byte]), where ORT's value may
-    // decide, and the sums of the right pair (bytes 0, 1) and the left one (2, 3) (seam_sums_ [0], [1]), where the
-    // float pass runs
-    const bool ort_only = edge_kind_ == Ties::OrtOnly, floats = edge_kind_ != Ties::None;
-    const Floats x_scale = Floats{} + q_.x_scale;
-    for (int64_t k = 0; k + kLength <= seams; k += kLength) {
-      Ints word;
-      std::memcpy(&word, words + k, sizeof word);
-      Ints lane[4];
-      for (int b = 0; b < 4; ++b) {
-        lane[b] = (std::is_signed_v<Q> ? (word << (24 - 8 * b)) >> 24 : (word >> (8 * b)) & 0xff) - q_.x_zero_point;
-        if (!floats) continue;
-        const Floats f = x_scale * __builtin_convertvector(lane[b], Floats);
-        std::memcpy(seam_floats_ + b * seams + k, &f, sizeof f);
-      }
-      if (ort_only) continue;
-      const Ints right = lane[0] + lane[1], left = lane[2] + lane[3];
-      std::memcpy(seam_sums_ + k, &right, sizeof right);
-      std::memcpy(seam_sums_ + seams + k, &left, sizeof left);
+    int64_t k = 2;
+    for (; k + 4 <= h + 1; k += 4) {  // (four at a time: the loop's own instructions were a third of it)
+      const Q* from = x + (k - 1) * w - 2;
+      std::memcpy(words + k, from, 4);
+      std::memcpy(words + k + 1, from + w, 4);
+      std::memcpy(words + k + 2, from + 2 * w, 4);
+      std::memcpy(words + k + 3, from + 3 * w, 4);
     }
-    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    const Floats y_scale = Floats{} + q_.y_scale;
-    const float y_zero_point = static_cast<float>(q_.y_zero_point);
-    for (int64_t r0 = 0; r0 < h; r0 += kLength) {
-      const Ints row = Lanes::iota() + static_cast<int32_t>(r0);
-      const Ints rows_valid = Ints{} + 3 + (row == 0) + (row == static_cast<int32_t>(h - 1));
-      const Ints valid = rows_valid * 2;
-      const Floats count = count_of(1, valid);
-      const Floats scale = Lanes::select(rows_valid == 2, Floats{} + scale_[2][2], Floats{} + scale_[3][2]);
-      for (int side = 0; side < 2; ++side) {  // 0: column 0, from seams r .. r + 2; 1: column w - 1, r + 1 .. r + 3
-        const int64_t first = r0 + (side == 0 ? 0 : 1);
-        const int32_t* sums = seam_sums_ + (side == 0 ? seams : 0) + first;
-        const float* pair = seam_floats_ + (side == 0 ? 2 : 0) * seams + first;  // its two bytes' floats
-        auto ort = [&] {
-          Floats acc{};
-          for (int t = 0; t < 3; ++t) {
-            acc = acc + Lanes::floats_at(pair + t);
-            acc = acc + Lanes::floats_at(pair + seams + t);
-          }
-          return Lanes::ort_rounded(acc, count, y_scale, y_zero_point);
-        };
-        Ints out;
-        if (ort_only) {
-          out = ort();
-        } else {
-          Ints difference, marked, part;
-          std::memcpy(&difference, sums, sizeof difference);
-          for (int t = 1; t < 3; ++t) {
-            std::memcpy(&part, sums + t, sizeof part);
-            difference += part;
-          }
-          out = Lanes::requantised(difference, scale, zero_point, marked);
-          if (floats && Lanes::any(marked)) {  // (the float pass marks no window of a kind None)
-            const Ints ort_out = ort();
-            for (int k = 0; k < kLength; ++k) {
-              if (marked[k]) out[k] = requantiser_.settled(difference[k], valid[k], [&] { return ort_out[k]; });
+    for (; k <= h; ++k) std::memcpy(words + k, x + (k - 1) * w - 2, 4);
+    std::memcpy(words + h + 1, x + h * w - 2, 2);
+    int32_t* const pairs = pair_out_;  // pair p: y[p w - 1] then y[p w], the bytes of a little-endian 16-bit value
+    const int32_t last = static_cast<int32_t>(h - 1);
+    auto window_rows = [&](int64_t p0, Ints& left, Ints& right) {  // of the lanes' left and right windows
+      const Ints pair = Lanes::iota() + static_cast<int32_t>(p0);
+      left = Ints{} + 3 + (pair == 0) + (pair == last);
+      right = Ints{} + 3 + (pair == 1) + (pair == last + 1);
+    };
+    // the pair sums of a seam's bytes (0 + 1, 2 + 3) in its 16-bit halves, each byte as unsigned (int8 offset by
+    // 128, its zero point too), summed over the seams p .. p + 2
+    constexpr int32_t kBias = std::is_signed_v<Q> ? static_cast<int32_t>(0x80808080u) : 0;
+    const int32_t zero_sum = 6 * (q_.x_zero_point + (std::is_signed_v<Q> ? 128 : 0));  // the six elements'
+    auto halves_at = [&](int64_t p0) {
+      Ints halves{};
+      for (int t = 0; t < 3; ++t) {
+        Ints word;
+        std::memcpy(&word, words + p0 + t, sizeof word);
+        word ^= kBias;
+        halves += (word & 0x00ff00ff) + ((word >> 8) & 0x00ff00ff);
+      }
+      return halves;
+    };
+    if (edge_rules_found_) {  // each 16-bit half its window's value by the ShortRule of its element count
+      const ShortRule four = edge_rule_[0], six = edge_rule_[1];  // (locals: see words)
+      const Shorts lowest = Shorts{} + static_cast<int16_t>(std::numeric_limits<Q>::min());
+      const Shorts highest = Shorts{} + static_cast<int16_t>(std::numeric_limits<Q>::max());
+      for (int64_t p0 = 0; p0 <= h; p0 += kLength) {
+        Ints rows_left, rows_right;
+        window_rows(p0, rows_left, rows_right);
+        const Shorts corner = Shorts(((rows_right == 2) & 0xffff) | ((rows_left == 2) & ~0xffff));
+        const Shorts difference = Shorts(halves_at(p0)) - static_cast<int16_t>(zero_sum);
+        Shorts value = (corner & whole(difference, four)) | (~corner & whole(difference, six));
+        value = value < lowest ? lowest : value;
+        value = value > highest ? highest : value;
+        const Ints both = Ints(value);
+        const Ints bytes = (both & 0xff) | ((both >> 8) & 0xff00);
+        std::memcpy(pairs + p0, &bytes, sizeof bytes);
+      }
+    } else if (edge_kind_ == Ties::OrtOnly) {
+      // each byte of each seam less x_zero_point, dequantised as ORT does (seam_floats_ [byte])
+      const Floats x_scale = Floats{} + q_.x_scale;
+      for (int64_t s = 0; s + kLength <= seams; s += kLength) {
+        Ints word;
+        std::memcpy(&word, words + s, sizeof word);
+        for (int b = 0; b < 4; ++b) {
+          const Ints lane =
+              (std::is_signed_v<Q> ? (word << (24 - 8 * b)) >> 24 : (word >> (8 * b)) & 0xff) - q_.x_zero_point;
+          const Floats f = x_scale * __builtin_convertvector(lane, Floats);
+          std::memcpy(seam_floats_ + b * seams + s, &f, sizeof f);
+        }
+      }
+      const Floats y_scale = Floats{} + q_.y_scale;
+      const float y_zero_point = static_cast<float>(q_.y_zero_point);
+      for (int64_t p0 = 0; p0 <= h; p0 += kLength) {
+        Ints rows_left, rows_right;
+        window_rows(p0, rows_left, rows_right);
+        // ORT's sums: the window's elements in row-major order
+        Floats acc_left{}, acc_right{};
+        for (int t = 0; t < 3; ++t) {
+          acc_left = acc_left + Lanes::floats_at(seam_floats_ + 2 * seams + p0 + t);
+          acc_left = acc_left + Lanes::floats_at(seam_floats_ + 3 * seams + p0 + t);
+          acc_right = acc_right + Lanes::floats_at(seam_floats_ + p0 + t);
+          acc_right = acc_right + Lanes::floats_at(seam_floats_ + seams + p0 + t);
+        }
+        const Ints left = Lanes::ort_rounded(acc_left, count_of(1, rows_left * 2), y_scale, y_zero_point);
+        const Ints right = Lanes::ort_rounded(acc_right, count_of(1, rows_right * 2), y_scale, y_zero_point);
+        const Ints bytes = (right & 0xff) | ((left & 0xff) << 8);
+        std::memcpy(pairs + p0, &bytes, sizeof bytes);
+      }
+    } else {
+      const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+      auto scale_of = [&](Ints rows) {
+        return Lanes::select(rows == 2, Floats{} + scale_[2][2], Floats{} + scale_[3][2]);
+      };
+      for (int64_t p0 = 0; p0 <= h; p0 += kLength) {
+        Ints rows_left, rows_right;
+        window_rows(p0, rows_left, rows_right);
+        const Ints halves = halves_at(p0);
+        const Ints difference_right = (halves & 0xffff) - zero_sum, difference_left = (halves >> 16) - zero_sum;
+        Ints marked_left, marked_right;
+        Ints left = Lanes::requantised(difference_left, scale_of(rows_left), zero_point, marked_left);
+        Ints right = Lanes::requantised(difference_right, scale_of(rows_right), zero_point, marked_right);
+        // (the float pass marks no window of a kind None)
+        if (edge_kind_ != Ties::None && Lanes::any(marked_left | marked_right)) {
+          for (int lane = 0; lane < kLength; ++lane) {
+            const int64_t p = p0 + lane;
+            if (marked_left[lane] && p < h) {
+              left[lane] =
+                  requantiser_.settled(difference_left[lane], rows_left[lane] * 2, [&] { return ort_edge(x, p, 0); });
+            }
+            if (marked_right[lane] && p >= 1 && p <= h) {
+              right[lane] = requantiser_.settled(difference_right[lane], rows_right[lane] * 2,
+                                                 [&] { return ort_edge(x, p - 1, w - 2); });
             }
           }
         }
-        Lanes::narrow_one(out, seam_out_ + side * seams + r0);
+        const Ints bytes = (right & 0xff) | ((left & 0xff) << 8);
+        std::memcpy(pairs + p0, &bytes, sizeof bytes);
       }
     }
-    // to the rows' ends, once every vector is in (a byte at a time from a vector waited for the vector)
-    const Q *left = seam_out_, *right = seam_out_ + seams;
-    for (int64_t r = 0; r < h; ++r) {
-      y[r * w] = left[r];
-      y[r * w + w - 1] = right[r];
+    // to the rows' ends, once every vector is in (a store from a vector waited for the vector)
+    y[0] = static_cast<Q>(pairs[0] >> 8);
+    auto store_pair = [&](int64_t p) {
+      const uint16_t both = static_cast<uint16_t>(pairs[p]);
+      std::memcpy(y + p * w - 1, &both, 2);
+    };
+    int64_t p = 1;
+    for (; p + 4 <= h; p += 4) {
+      store_pair(p);
+      store_pair(p + 1);
+      store_pair(p + 2);
+      store_pair(p + 3);
     }
+    for (; p < h; ++p) store_pair(p);
+    y[h * w - 1] = static_cast<Q>(pairs[h]);
+  }
+
+  // ORT's output (as ort_output_2d) of the window of row r of a plane whose columns are col and col + 1.
+  int32_t ort_edge(const Q* x, int64_t r, int64_t col) const {
+    float sum = 0;
+    const int64_t top = max_of<int64_t>(r - 1, 0), bottom = min_of<int64_t>(r + 1, h_ - 1);
+    for (int64_t row = top; row <= bottom; ++row) {
+      sum += ort_dequantised(x[row * w_ + col], q_);
+      sum += ort_dequantised(x[row * w_ + col + 1], q_);
+    }
+    return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, 2 * (bottom - top + 1), q_)));
   }
 
   // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
@@ -563,9 +637,8 @@ class Rows3x3Pool {
       const Q pad[4] = {zero, zero, zero, zero};
       for (int64_t k = 0; k < seams; ++k) std::memcpy(seam_words_ + k, pad, 4);
     }
-    seam_sums_ = c.take<int32_t>(2 * seams);
+    pair_out_ = c.take<int32_t>(seams);
     seam_floats_ = c.take<float>(4 * seams);
-    seam_out_ = c.take<Q>(2 * seams);
     block_out_ = c.take<Q>(block_rows_ * (n_ + d_));
     // the scale of each value of a block of rows, d zeros apart (fewer columns at the row's ends)
     const bool per_value = !requantiser_.marks_are_ties && !q_.count_include_pad && block_rows_ > 1 && !plane_edges_;
@@ -627,11 +700,12 @@ class Rows3x3Pool {
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
   float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
   float* floats_ = nullptr;         // three dequantised input rows (see dequantised_rows), then a row of zeros
-  float *edges_ = nullptr, *columns_ = nullptr;           // see edge_lanes, edge_columns
-  int32_t *seam_words_ = nullptr, *seam_sums_ = nullptr;  // see plane_edge_columns
+  float *edges_ = nullptr, *columns_ = nullptr;          // see edge_lanes, edge_columns
+  int32_t *seam_words_ = nullptr, *pair_out_ = nullptr;  // see plane_edge_columns
   float* seam_floats_ = nullptr;
-  Q* seam_out_ = nullptr;
   Ties edge_kind_ = Ties::None;                    // the marks of the windows of two columns (plane_edge_columns)
+  ShortRule edge_rule_[2];                         // plane_edge_columns' for windows of 4 [0] and 6 [1] elements
+  bool edge_rules_found_ = false;                  // both found: plane_edge_columns takes them
   ScratchBuffer memory_;                           // the arrays above, zeroed
   bool edge_columns_ = false;                      // see edge_columns
   int64_t whole_row_[3] = {}, edges_row_[3] = {};  // per row of floats_: the input row it holds, or -1
