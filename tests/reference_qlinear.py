@@ -123,22 +123,28 @@ def qlinear_average_pool(
     strides_ = [1] * nd if strides is None else [int(s) for s in strides]
     # dequantize in float32 (exactly as the semantics say), then accumulate in float64
     deq = (xs * (x.astype(np.int32) - xz).astype(np.float32)).astype(np.float32).astype(np.float64)
-    pre = np.empty((N, C) + tuple(out), dtype=np.float64)
-    kprod = int(np.prod(kernel_shape))
-    for o in itertools.product(*[range(v) for v in out]):
-        sl = []
-        for d in range(nd):
-            start = o[d] * strides_[d] - pb[d]
-            end = start + int(kernel_shape[d])
-            sl.append(slice(max(start, 0), min(end, spatial[d])))
-        win = deq[(slice(None), slice(None)) + tuple(sl)]
-        cnt = int(np.prod([max(0, s.stop - s.start) for s in sl]))
-        total = win.reshape(N, C, -1).sum(axis=2)
-        div = kprod if count_include_pad else cnt
-        if div == 0:
+    # every window at once: the input padded with zeros (padding adds nothing) at the beginning and as far as the last
+    # window reaches at the end; per kernel offset, the elements that offset covers in every window
+    widths = [(0, 0), (0, 0)]
+    counts = np.ones((), dtype=np.int64)  # input elements inside each window: per axis, then their product
+    for d in range(nd):
+        k, s, L = int(kernel_shape[d]), strides_[d], int(spatial[d])
+        starts = np.arange(out[d]) * s - pb[d]
+        per_axis = np.maximum(0, np.minimum(starts + k, L) - np.maximum(starts, 0))
+        counts = np.multiply.outer(counts, per_axis)
+        widths.append((pb[d], max(0, (out[d] - 1) * s + k - pb[d] - L)))
+    padded = np.pad(deq, widths)
+    total = np.zeros((N, C) + tuple(out), dtype=np.float64)
+    for offs in itertools.product(*[range(int(k)) for k in kernel_shape]):
+        view = tuple(slice(offs[d], offs[d] + (out[d] - 1) * strides_[d] + 1, strides_[d]) for d in range(nd))
+        total += padded[(slice(None), slice(None)) + view]
+    if count_include_pad:
+        div = np.float64(int(np.prod(kernel_shape)))
+    else:
+        if np.any(counts == 0):
             raise ValueError("empty window")
-        avg = total / div
-        pre[(slice(None), slice(None)) + o] = avg / np.float64(ys) + yz
+        div = counts.astype(np.float64)
+    pre = total / div / np.float64(ys) + yz
     y = np.clip(np.rint(pre), lo, hi).astype(dt)  # np.rint rounds half to even
     if channels_last:
         inv = [0] + list(range(2, x.ndim)) + [1]
