@@ -4,6 +4,8 @@
 #   bash scripts/sanitize.sh                 # the whole suite (tests/)
 #   bash scripts/sanitize.sh tests/test_fuzz_invalid.py -k combinations   # any pytest arguments instead
 #   ONNX_POOLS_ISA=portable bash scripts/sanitize.sh   # another kernel path (portable | avx2 | avx512)
+#   bash scripts/sanitize.sh --build-only    # only the sanitizer build (CI makes it beside other steps; a later run
+#                                            # of the script finds it built)
 #
 # Builds with -DONNX_POOLS_SANITIZE=ON into build/sanitize (the package's own library is not touched), points the
 # loader at that build (ONNX_POOLS_LIBRARY, inherited by the subprocesses tests start) and runs pytest with the ASan
@@ -15,6 +17,8 @@
 # Works from a dev checkout (python3) and after scripts/setup.sh (.venv/bin/python); PYTHON=... overrides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BUILD_ONLY=0
+if [ "${1:-}" = --build-only ]; then BUILD_ONLY=1; shift; fi
 ROOT=$PWD
 BUILD=${ONNX_POOLS_SANITIZE_BUILD:-$ROOT/build/sanitize}
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
@@ -47,6 +51,7 @@ ASAN_RT=$("$CXX" -print-file-name=libasan.so)
 STDCXX=$("$CXX" -print-file-name=libstdc++.so.6)
 if ! ldd "$LIB" | grep libasan >/dev/null; then echo "sanitize: $LIB is not linked against libasan" >&2; exit 1; fi
 if [ ! -e "$ASAN_RT" ]; then echo "sanitize: ASan runtime not found ($ASAN_RT)" >&2; exit 1; fi
+if [ "$BUILD_ONLY" = 1 ]; then echo "== sanitizer library built: $LIB"; exit 0; fi
 
 REPORTS=$BUILD/reports
 rm -rf "$REPORTS"
