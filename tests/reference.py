@@ -168,56 +168,42 @@ def output_shape(in_shape, kernel_shape, strides=None, pads=None, dilations=None
     return tuple(in_shape[:2]) + tuple(out)
 
 
-def _window_views(out, kernel_shape, strides, dilations):
-    """Per kernel offset, the index of the input elements that offset covers in every window: x[(..., ) + view] has
-    the output's spatial shape (windows start at 0 of an input padded at the beginning)."""
-    n = len(out)
-    views = []
-    for offs in np.ndindex(*kernel_shape):
-        views.append(
-            (slice(None), slice(None))
-            + tuple(
-                slice(offs[i] * dilations[i], offs[i] * dilations[i] + (out[i] - 1) * strides[i] + 1, strides[i])
-                for i in range(n)
-            )
-        )
-    return views
-
-
-def _pad_for_windows(x, out, kernel_shape, strides, dilations, pads_begin):
-    """x padded with zeros: pads_begin at the beginning, at the end as far as the last window reaches."""
-    spatial = x.shape[2:]
-    widths = [(0, 0), (0, 0)]
-    for i, length in enumerate(spatial):
-        reach = (out[i] - 1) * strides[i] + (kernel_shape[i] - 1) * dilations[i] + 1
-        widths.append((pads_begin[i], max(0, reach - pads_begin[i] - length)))
-    return np.pad(x, widths)
-
-
 def lp_pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0, p=2):
     """LpPool in float64: y = (sum over the window's input elements of |x|^p)^(1/p).
 
-    Padding is zeros, which add nothing to the sum and cannot raise the window's max |x| (lp_reduce's scale); a
-    window of nothing but padding gives 0. Scaled by the window's max |x| as lp_reduce, over all windows at once."""
+    All windows at once, one kernel offset at a time: the element each window has at that offset, or 0 where that
+    position is padding (a 0 adds nothing to the sum and cannot raise the window's max |x|, lp_reduce's scale). A
+    window of nothing but padding gives 0."""
     x = to_f64(x)
     in_sp = list(x.shape[2:])
     n = len(in_sp)
     s = list(strides) if strides is not None else [1] * n
     d = list(dilations) if dilations is not None else [1] * n
     out, pb, _ = pool_geometry(in_sp, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
-    if 0 in out or x.shape[0] * x.shape[1] == 0:
+    if x.size == 0 or 0 in out:
         return np.zeros(x.shape[:2] + tuple(out), dtype=np.float64)
-    a = np.abs(_pad_for_windows(x, out, kernel_shape, s, d, pb))
-    views = _window_views(out, kernel_shape, s, d)
+    a = np.abs(x)
+    starts = [np.arange(out[i], dtype=np.int64) * s[i] - pb[i] for i in range(n)]
+
+    def at_offset(offsets):
+        positions = [starts[i] + offsets[i] * d[i] for i in range(n)]
+        inside = [(q >= 0) & (q < in_sp[i]) for i, q in enumerate(positions)]
+        values = a[(slice(None), slice(None)) + np.ix_(*[np.clip(q, 0, in_sp[i] - 1) for i, q in enumerate(positions)])]
+        mask = np.ones((), dtype=bool)
+        for i, ok in enumerate(inside):  # the windows whose position on every axis is inside the input
+            mask = mask & ok.reshape([-1 if j == i else 1 for j in range(n)])
+        return np.where(mask, values, 0.0)
+
+    offsets = list(np.ndindex(*kernel_shape))
     p = float(p)
     with np.errstate(all="ignore"):
-        m = a[views[0]].copy()
-        for v in views[1:]:
-            m = np.maximum(m, a[v])  # propagates NaN
+        m = at_offset(offsets[0])
+        for o in offsets[1:]:
+            m = np.maximum(m, at_offset(o))  # propagates NaN
         safe = np.where((m > 0) & np.isfinite(m), m, 1.0)
         total = np.zeros_like(m)
-        for v in views:
-            total += (a[v] / safe) ** p
+        for o in offsets:
+            total += (at_offset(o) / safe) ** p
         r = safe * total ** (1.0 / p)
     r = np.where(np.isinf(m), np.inf, r)
     return np.where(np.isnan(m), np.nan, r)

@@ -24,7 +24,6 @@ can exempt elements that lie within a small distance of a rounding tie (x.5).
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -123,21 +122,20 @@ def qlinear_average_pool(
     strides_ = [1] * nd if strides is None else [int(s) for s in strides]
     # dequantize in float32 (exactly as the semantics say), then accumulate in float64
     deq = (xs * (x.astype(np.int32) - xz).astype(np.float32)).astype(np.float32).astype(np.float64)
-    # every window at once: the input padded with zeros (padding adds nothing) at the beginning and as far as the last
-    # window reaches at the end; per kernel offset, the elements that offset covers in every window
-    widths = [(0, 0), (0, 0)]
+    # every window at once, one spatial axis at a time: a window's sum along an axis is the difference of two prefix
+    # sums at the window's ends clipped to the input (padding adds nothing). No rounding: every dequantised value is
+    # an integer multiple of u, the unit in the last place of float32(x_scale), and below 2^33 u in magnitude, so
+    # prefix sums of under 2^20 values are exact in float64.
+    total = deq
     counts = np.ones((), dtype=np.int64)  # input elements inside each window: per axis, then their product
     for d in range(nd):
         k, s, L = int(kernel_shape[d]), strides_[d], int(spatial[d])
-        starts = np.arange(out[d]) * s - pb[d]
-        per_axis = np.maximum(0, np.minimum(starts + k, L) - np.maximum(starts, 0))
-        counts = np.multiply.outer(counts, per_axis)
-        widths.append((pb[d], max(0, (out[d] - 1) * s + k - pb[d] - L)))
-    padded = np.pad(deq, widths)
-    total = np.zeros((N, C) + tuple(out), dtype=np.float64)
-    for offs in itertools.product(*[range(int(k)) for k in kernel_shape]):
-        view = tuple(slice(offs[d], offs[d] + (out[d] - 1) * strides_[d] + 1, strides_[d]) for d in range(nd))
-        total += padded[(slice(None), slice(None)) + view]
+        starts = [o * s - pb[d] for o in range(out[d])]  # Python integers: no overflow on any attribute
+        begin = np.array([min(max(b, 0), L) for b in starts], dtype=np.int64)
+        end = np.array([min(max(b + k, 0), L) for b in starts], dtype=np.int64)
+        prefix = np.concatenate([np.zeros_like(np.take(total, [0], axis=2 + d)), np.cumsum(total, axis=2 + d)], 2 + d)
+        total = np.take(prefix, end, axis=2 + d) - np.take(prefix, begin, axis=2 + d)
+        counts = np.multiply.outer(counts, end - begin)
     if count_include_pad:
         div = np.float64(int(np.prod(kernel_shape)))
     else:
