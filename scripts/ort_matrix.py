@@ -8,7 +8,8 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
 
     python3 scripts/ort_matrix.py                    # every minor from 1.21 to the newest
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
-    python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test, CI)
+    python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test)
+    python3 scripts/ort_matrix.py --oldest           # the oldest minor only (CI: its test step runs the newest)
     python3 scripts/ort_matrix.py --ends --ep-floor  # and 1.24, the first minor with the plugin EP
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
     python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
@@ -317,6 +318,7 @@ def main(argv=None):
     ap.add_argument("--tests", type=Path, default=ROOT / "tests", help="the tests folder to copy (default: tests/)")
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
     ap.add_argument("--ends", action="store_true", help="only the oldest and the newest of those minors")
+    ap.add_argument("--oldest", action="store_true", help="only the oldest of those minors")
     ap.add_argument(
         "--ep-floor",
         action="store_true",
@@ -337,6 +339,8 @@ def main(argv=None):
     if args.ends:
         floor = [v for v in versions if vtuple(v)[:2] == EP_FROM] if args.ep_floor else []
         versions = sorted(set(versions[:1] + versions[-1:] + floor), key=vtuple)
+    elif args.oldest:
+        versions = [min(versions, key=vtuple)]
     if args.list:
         print("\n".join(versions))
         return 0

@@ -15,7 +15,7 @@
 # Env: PYTHON (default python3); WHEEL=path checks that (already repaired) wheel instead of building one;
 # KEEP=1 keeps the work folder; OUT=dir also copies the manylinux wheel there; GLIBC_FLOOR (default 2.27) the
 # newest glibc the wheel may require; SUITE=0 leaves out the test suite of step 4 (CI: its matrix step runs the
-# suite from the same wheel, outside the source tree, against the oldest and the newest onnxruntime).
+# suite from the same wheel, outside the source tree, against the oldest onnxruntime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

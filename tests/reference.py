@@ -169,26 +169,44 @@ def output_shape(in_shape, kernel_shape, strides=None, pads=None, dilations=None
 
 
 def lp_pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET", ceil_mode=0, p=2):
-    """LpPool in float64: y = (sum over the window's input elements of |x|^p)^(1/p)."""
+    """LpPool in float64: y = (sum over the window's input elements of |x|^p)^(1/p).
+
+    All windows at once, one kernel offset at a time: the element each window has at that offset, or 0 where that
+    position is padding (a 0 adds nothing to the sum and cannot raise the window's max |x|, lp_reduce's scale). A
+    window of nothing but padding gives 0."""
     x = to_f64(x)
     in_sp = list(x.shape[2:])
     n = len(in_sp)
     s = list(strides) if strides is not None else [1] * n
     d = list(dilations) if dilations is not None else [1] * n
     out, pb, _ = pool_geometry(in_sp, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
-    y = np.zeros(x.shape[:2] + tuple(out), dtype=np.float64)
-    axes = tuple(range(2, 2 + n))
-    for o in np.ndindex(*out):
-        idx = []
-        for i in range(n):
-            start = o[i] * s[i] - pb[i]
-            pos = [start + j * d[i] for j in range(kernel_shape[i])]
-            idx.append([q for q in pos if 0 <= q < in_sp[i]])
-        if any(len(v) == 0 for v in idx) or x.shape[0] * x.shape[1] == 0:
-            continue  # nothing but padding: the sum is 0
-        win = x[(slice(None), slice(None)) + np.ix_(*idx)]
-        y[(slice(None), slice(None)) + o] = lp_reduce(win, p, axes).reshape(x.shape[:2])
-    return y
+    if x.size == 0 or 0 in out:
+        return np.zeros(x.shape[:2] + tuple(out), dtype=np.float64)
+    a = np.abs(x)
+    starts = [np.arange(out[i], dtype=np.int64) * s[i] - pb[i] for i in range(n)]
+
+    def at_offset(offsets):
+        positions = [starts[i] + offsets[i] * d[i] for i in range(n)]
+        inside = [(q >= 0) & (q < in_sp[i]) for i, q in enumerate(positions)]
+        values = a[(slice(None), slice(None)) + np.ix_(*[np.clip(q, 0, in_sp[i] - 1) for i, q in enumerate(positions)])]
+        mask = np.ones((), dtype=bool)
+        for i, ok in enumerate(inside):  # the windows whose position on every axis is inside the input
+            mask = mask & ok.reshape([-1 if j == i else 1 for j in range(n)])
+        return np.where(mask, values, 0.0)
+
+    offsets = list(np.ndindex(*kernel_shape))
+    p = float(p)
+    with np.errstate(all="ignore"):
+        m = at_offset(offsets[0])
+        for o in offsets[1:]:
+            m = np.maximum(m, at_offset(o))  # propagates NaN
+        safe = np.where((m > 0) & np.isfinite(m), m, 1.0)
+        total = np.zeros_like(m)
+        for o in offsets:
+            total += (at_offset(o) / safe) ** p
+        r = safe * total ** (1.0 / p)
+    r = np.where(np.isinf(m), np.inf, r)
+    return np.where(np.isnan(m), np.nan, r)
 
 
 def _self_check():

@@ -24,7 +24,6 @@ can exempt elements that lie within a small distance of a rounding tie (x.5).
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -123,22 +122,27 @@ def qlinear_average_pool(
     strides_ = [1] * nd if strides is None else [int(s) for s in strides]
     # dequantize in float32 (exactly as the semantics say), then accumulate in float64
     deq = (xs * (x.astype(np.int32) - xz).astype(np.float32)).astype(np.float32).astype(np.float64)
-    pre = np.empty((N, C) + tuple(out), dtype=np.float64)
-    kprod = int(np.prod(kernel_shape))
-    for o in itertools.product(*[range(v) for v in out]):
-        sl = []
-        for d in range(nd):
-            start = o[d] * strides_[d] - pb[d]
-            end = start + int(kernel_shape[d])
-            sl.append(slice(max(start, 0), min(end, spatial[d])))
-        win = deq[(slice(None), slice(None)) + tuple(sl)]
-        cnt = int(np.prod([max(0, s.stop - s.start) for s in sl]))
-        total = win.reshape(N, C, -1).sum(axis=2)
-        div = kprod if count_include_pad else cnt
-        if div == 0:
+    # every window at once, one spatial axis at a time: a window's sum along an axis is the difference of two prefix
+    # sums at the window's ends clipped to the input (padding adds nothing). No rounding: every dequantised value is
+    # an integer multiple of u, the unit in the last place of float32(x_scale), and below 2^33 u in magnitude, so
+    # prefix sums of under 2^20 values are exact in float64.
+    total = deq
+    counts = np.ones((), dtype=np.int64)  # input elements inside each window: per axis, then their product
+    for d in range(nd):
+        k, s, L = int(kernel_shape[d]), strides_[d], int(spatial[d])
+        starts = [o * s - pb[d] for o in range(out[d])]  # Python integers: no overflow on any attribute
+        begin = np.array([min(max(b, 0), L) for b in starts], dtype=np.int64)
+        end = np.array([min(max(b + k, 0), L) for b in starts], dtype=np.int64)
+        prefix = np.concatenate([np.zeros_like(np.take(total, [0], axis=2 + d)), np.cumsum(total, axis=2 + d)], 2 + d)
+        total = np.take(prefix, end, axis=2 + d) - np.take(prefix, begin, axis=2 + d)
+        counts = np.multiply.outer(counts, end - begin)
+    if count_include_pad:
+        div = np.float64(int(np.prod(kernel_shape)))
+    else:
+        if np.any(counts == 0):
             raise ValueError("empty window")
-        avg = total / div
-        pre[(slice(None), slice(None)) + o] = avg / np.float64(ys) + yz
+        div = counts.astype(np.float64)
+    pre = total / div / np.float64(ys) + yz
     y = np.clip(np.rint(pre), lo, hi).astype(dt)  # np.rint rounds half to even
     if channels_last:
         inv = [0] + list(range(2, x.ndim)) + [1]
