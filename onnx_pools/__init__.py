@@ -178,13 +178,14 @@ def session_options(
     (QLinearAdd, QLinearGlobalAveragePool, ... from QDQ units, FusedConv from Conv + Relu). So QLinearAveragePool
     is taken only with a `model` that imports com.microsoft: "all" means every op that model allows, and "all"
     or a list naming QLinearAveragePool without such a model raises ValueError (see _check_selection).
-    types: "all", or element types the kernels take (names in TYPES). Default: all, except float16 when `model`
-    feeds a pooling node from a compute node (not a Cast): ORT's CPU provider runs float16 neighbours in float
-    through casts, and a float16 kernel here would add a cast and can keep them in ORT's slow float16 kernels.
-    float16 pools then run on this library's float kernels between ORT's casts; models without float16 are not
-    affected. A selection must keep float while a standard-domain op is taken, and uint8 and int8 while
-    QLinearAveragePool is: ORT's own kernels do not match the library's schemas, so nodes of those types would
-    find no kernel at all (ValueError).
+    types: "all", or element types the kernels take (names in TYPES). Default: every type but float16, and with
+    `model`, float16 too unless the model feeds a pooling node from a compute node (not a Cast): ORT's CPU provider
+    runs float16 neighbours in float through casts, and a float16 kernel here would add a cast of the pool's input
+    and can keep them in ORT's slow float16 kernels. float16 pools then run on this library's float kernels
+    between ORT's casts. (With onnxruntime before 1.32 the default without `model` is every type: leaving one out
+    there costs ORT's NCHWc rewrite of float32 global pools.) A selection must keep float while a standard-domain
+    op is taken, and uint8 and int8 while QLinearAveragePool is: ORT's own kernels do not match the library's
+    schemas, so nodes of those types would find no kernel at all (ValueError).
     ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
     op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
@@ -213,15 +214,16 @@ def session_options(
         ops = [name for name, domain in OPS.items() if name in _DEFAULT_OPS or (domain in domains and quantized)]
         if ort_layout and _ort_blocked_layout(so):
             ops = [name for name in ops if not _fed_by_blocked_layout(nodes, name)]
-    if model is not None and types is None and nodes is not None and _pool_fed_by_compute(nodes):
-        types = [t for t in TYPES if t != "float16"]
+    if model is not None and types is None and nodes is not None:
+        # the library's default leaves float16 out; with a model, float16 is taken where it pays
+        types = [t for t in TYPES if t != "float16"] if _pool_fed_by_compute(nodes) else "all"
     ops = _check_selection(ops, types, domains)
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
             so.add_session_config_entry(key, value if isinstance(value, str) else ",".join(value))
     if not ort_layout or model is not None:  # with a model, the op choice above already left those pools to ORT
         so.add_session_config_entry(ORT_LAYOUT_CONFIG_KEY, "0")
-    if _nhwc_fp16_choice(ops, forced, model, nodes):
+    if _takes_float16(types) and _nhwc_fp16_choice(ops, forced, model, nodes):
         _disable_optimizer(so, "NhwcTransformer")
     so.register_custom_ops_library(get_library_path())
     return so
@@ -282,6 +284,17 @@ def _names(selection: str | Sequence[str]) -> list[str]:
 
 # Ops onnxruntime's NhwcTransformer rewrites to its NHWC kernels (besides float16 GlobalAveragePool).
 _NHWC_REWRITTEN_OPS = ("Conv", "FusedConv", "QLinearConv", "MaxPool", "AveragePool")
+
+
+def _takes_float16(types: str | Sequence[str] | None) -> bool:
+    """Whether a session registered with this `types` selection runs float16 nodes on the library's kernels. The
+    library's default (None) leaves float16 out, except with onnxruntime before 1.32 (see selected_types in
+    csrc/ort/registration.cc)."""
+    if types is None:
+        import onnxruntime
+
+        return tuple(int(v) for v in onnxruntime.__version__.split(".")[:2]) < (1, 32)
+    return types == "all" or "float16" in _names(types)
 
 
 def _nhwc_fp16_choice(

@@ -12,6 +12,7 @@ import onnx_pools
 import reference as R
 from helpers import (
     ALL_DTYPES,
+    ORT_SCHEMA_ONLY_AT_BLOCKED_START,
     call_count_moves,
     counts_one_run,
     cpu_isas,
@@ -145,10 +146,15 @@ def test_float16_kernels_taken_only_where_they_help(fed_by_relu, tmp_path):
     R.assert_close(y, R.global_average_pool(xr), "float16", R.input_scale(xr))
 
 
-def test_all_types_without_model_and_explicit_types(tmp_path):
+def test_float16_left_out_without_model_and_explicit_types(tmp_path):
+    """Without a model the library's default leaves float16 out (from onnxruntime 1.32; before, leaving a type out
+    costs ORT's NCHWc rewrite, so every type is taken): the float16 pool behind a Relu runs in float between ORT's
+    casts, as in stock ORT. types="all" takes it, types=["float"] leaves it out."""
     model = _f16_relu_pool_model(True)
     _, pool_input = _pool_input_type(onnx_pools.session_options(), model, tmp_path)
-    assert pool_input == TensorProto.FLOAT16, "without a model every type is registered for the CPU provider"
+    assert pool_input == (TensorProto.FLOAT if ORT_SCHEMA_ONLY_AT_BLOCKED_START else TensorProto.FLOAT16)
+    _, pool_input = _pool_input_type(onnx_pools.session_options(types="all"), model, tmp_path)
+    assert pool_input == TensorProto.FLOAT16
     _, pool_input = _pool_input_type(onnx_pools.session_options(types=["float"]), model, tmp_path)
     assert pool_input == TensorProto.FLOAT
 

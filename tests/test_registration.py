@@ -1,5 +1,7 @@
 """How the library's registration coexists with ORT's own graph rewrites and domains."""
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -7,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
-from helpers import counts_one_run, graph_model, qlinear_model
+from helpers import ORT_SCHEMA_ONLY_AT_BLOCKED_START, counts_one_run, graph_model, qlinear_model
 from reference import global_average_pool
 
 
@@ -66,12 +68,14 @@ def test_raw_registration_leaves_conv_fed_pool_to_orts_layout_unless_told(tmp_pa
     forced = ort.SessionOptions()
     forced.add_session_config_entry("onnx_pools.ort_layout", "0")
     forced.register_custom_ops_library(onnx_pools.get_library_path())
-    # a types selection registers since-version 0 (a schema-only type with since-version 1 breaks ORT 1.21)
+    # a types selection registers since-version 0 before ORT 1.32 (a schema-only type with since-version 1 breaks
+    # the kernel matching of those versions), since-version 1 as plain registration from 1.32 on
     typed = ort.SessionOptions()
     typed.add_session_config_entry("onnx_pools.types", "float")
     typed.register_custom_ops_library(onnx_pools.get_library_path())
     plain_served = 0 if stock_keeps_pool_blocked(model, tmp_path) else 1  # no NCHWc rewrite: the library serves it
-    for so, served in ((plain, plain_served), (forced, 1), (typed, 1)):
+    typed_served = plain_served if ORT_SCHEMA_ONLY_AT_BLOCKED_START else 1
+    for so, served in ((plain, plain_served), (forced, 1), (typed, typed_served)):
         x, y, moved = run(model, so)
         assert moved["GlobalAveragePool"] == served
         np.testing.assert_allclose(y, reference(x, w), rtol=1e-4, atol=1e-5)
@@ -120,3 +124,35 @@ def test_unknown_op_name_in_selection_is_a_clear_error():
     model, _ = conv_relu_pool_model()
     with pytest.raises(Exception, match="onnx_pools.ops.*NoSuchPool"):
         ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=["NoSuchPool"]))
+
+
+def optimized_graph(model_path, so, tmp_path, tag):
+    """(op type, domain) of each node of ORT's optimised graph of the model, and the session."""
+    so.optimized_model_filepath = str(tmp_path / f"{tag}.onnx")
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    return [(n.op_type, n.domain) for n in onnx.load(so.optimized_model_filepath).graph.node], sess
+
+
+@pytest.mark.parametrize("name", ["cnn_gap_f16", "cnn_gmp_f16", "cnn_lppool1d_f16", "cnn_lppool2d_f16"])
+def test_raw_registration_runs_float16_models_as_stock(name, tmp_path):
+    """Plain registration of a float16 Conv -> Relu -> pool model: ORT runs the Conv and the Relu in float through
+    casts, and the library's default types (float16 left out, onnxruntime 1.32 and newer) let it run the pool there
+    too, on the library's float kernel: the optimised graph is stock's node for node, no cast is added, and the
+    output matches stock's. Before 1.32 the default takes float16 (leaving it out would cost ORT's NCHWc rewrite),
+    and the pool's float16 kernel runs behind an added cast."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", f"{name}.onnx")
+    stock_graph, stock = optimized_graph(path, ort.SessionOptions(), tmp_path, "stock")
+    plain = ort.SessionOptions()
+    plain.register_custom_ops_library(onnx_pools.get_library_path())
+    graph, sess = optimized_graph(path, plain, tmp_path, "plain")
+    pool = next(op for op, _ in stock_graph if "Pool" in op)
+    if ORT_SCHEMA_ONLY_AT_BLOCKED_START:
+        assert graph == stock_graph
+    else:
+        assert graph != stock_graph and graph.count(("Cast", "")) > stock_graph.count(("Cast", ""))
+    x = np.random.default_rng(5).standard_normal(sess.get_inputs()[0].shape).astype(np.float16)
+    with counts_one_run(pool):
+        (y,) = sess.run(None, {"X": x})
+    (want,) = stock.run(None, {"X": x})
+    np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64), rtol=2e-3, atol=1e-3)

@@ -30,6 +30,10 @@ namespace onnx_pools {
 // with optional inputs.
 bool g_shape_inference_with_optional_inputs = true;
 
+// ONNX Runtime before 1.32 fails to match kernels for a node whose type is registered only schema-only under a
+// custom op of since-version 1 (ORT's NCHWc rewrite's version). There, leaving a type out costs that rewrite.
+bool g_schema_only_types_at_blocked_start = true;
+
 // Calls of each op of op_table(), by row.
 static std::atomic<uint64_t>* call_counters() {
   static const std::unique_ptr<std::atomic<uint64_t>[]> counters(new std::atomic<uint64_t>[op_table().size()]());
@@ -191,14 +195,21 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
   return name_list(value, all, kOpsConfigKey, "op");
 }
 
-// The element types this session's kernels take. Default: all. Leaving float16 out makes ORT run float16 nodes
-// through its own casts on the float kernels, which is faster when the neighbours run in float anyway (the
-// Python loader decides that from the model).
+// The element types this session's kernels take. Leaving float16 out makes ORT run float16 nodes through its own
+// casts on the float kernels. That is the default: ORT's CPU provider runs float16 compute nodes in float, and a
+// float16 pool behind one would add a cast of the pool's whole input, so a Conv -> Relu -> pool float16 model would
+// run slower than stock ORT. "all" takes float16 too (session_options(model=...) asks for it when every float16
+// pool is fed by a graph input or a Cast). Before ORT 1.32 the default stays every type: leaving one out there
+// costs ORT's NCHWc rewrite of float32 global pools (see g_schema_only_types_at_blocked_start).
 std::set<std::string> selected_types(const OrtSessionOptions* options) {
   std::set<std::string> all;
   for (const ElementType& t : kElementTypes) all.insert(t.name);
   std::string value;
-  if (!config_entry(options, kTypesConfigKey, value) || value == "all") return all;
+  if (!config_entry(options, kTypesConfigKey, value)) {
+    if (g_schema_only_types_at_blocked_start) all.erase("float16");
+    return all;
+  }
+  if (value == "all") return all;
   return name_list(value, all, kTypesConfigKey, "element type");
 }
 
@@ -216,10 +227,12 @@ bool ort_layout(const OrtSessionOptions* options) {
 void register_ops(OrtSessionOptions* options) {
   const std::set<std::string> chosen = selected_ops(options);
   const std::set<std::string> types = selected_types(options);
-  // Since-version 1 only when every type is taken: a type left schema-only with since-version 1 makes ORT 1.21's
-  // kernel matching fail on such nodes (the ONNX schema's type string against the custom op's), so a types
-  // selection keeps the library's kernels for every node, as with onnx_pools.ort_layout=0.
-  const int blocked_start = ort_layout(options) && types.size() == std::size(kElementTypes) ? 1 : 0;
+  // Since-version 1 before ORT 1.32 only when every type is taken: a type left schema-only with since-version 1
+  // makes the kernel matching of those versions fail on such nodes (the ONNX schema's type string against the
+  // custom op's), so a types selection there keeps the library's kernels for every node, as with
+  // onnx_pools.ort_layout=0.
+  const bool every_type = types.size() == std::size(kElementTypes);
+  const int blocked_start = ort_layout(options) && (every_type || g_schema_only_types_at_blocked_start) ? 1 : 0;
   // An op taken registers every type: the chosen ones for the CPU provider, the others schema-only.
   auto taken = [&](const CustomOp& op) {
     const int start = op.def->ort_blocked_layout ? blocked_start : 0;
@@ -307,6 +320,7 @@ OrtStatus* init_ort_api(const OrtApiBase* api_base) {
   std::sscanf(api_base->GetVersionString(), "%d.%d", &major, &minor);
   const bool ort_1_24 = major > 1 || (major == 1 && minor >= 24);
   g_shape_inference_with_optional_inputs = ort_1_24;
+  g_schema_only_types_at_blocked_start = major > 1 || (major == 1 && minor >= 32);
   // (asked only where it exists: older ORT prints a message for an API version it does not have)
   static const ShapeReferenceFn shape_reference = ort_1_24 ? find_shape_reference(api_base) : nullptr;
   g_shape_reference = shape_reference;
