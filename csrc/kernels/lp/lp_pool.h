@@ -889,9 +889,10 @@ template <class A, class Power, class Scale>
 // out[j] = down(root of sums[j]) for n >= L sums in native vectors, the last one overlapping the one before when L does
 // not divide n. Returns whether every sum is surely trusted (the loop keeps only the smallest sum and the total, which
 // NaN and infinity reach: two operations a vector instead of a count's four); the roots fused_cube_root could not
-// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, four cache
-// lines a vector (the 2x2 windows of a block read 16 bytes an output: 256 a vector of 16 floats) without a count per
-// vector: the memory the next block reads, while this one computes.
+// vouch for are settled here with root_for. Meanwhile fetch_bytes from fetch on are fetched into the cache, as many
+// cache lines a vector as its windows read (4 sizeof(A) bytes an output: 4 lines a vector of 16 floats, 2 of 8), so
+// the fetches spread over the whole loop instead of crowding its first part, without a count per vector: the memory
+// the next block reads, while this one computes.
 template <class A, class Power, class Down>
 [[gnu::always_inline]] inline bool vector_roots(const A* __restrict sums, A* __restrict out, int64_t n, Power power,
                                                 Down down, const char* fetch, int64_t fetch_bytes) {
@@ -899,17 +900,16 @@ template <class A, class Power, class Down>
   using V = typename S::Value;
   using M = typename S::Mask;
   constexpr int L = S::kLength;
+  constexpr int kWindowLines = L * static_cast<int>(sizeof(A)) * 4 / 64;
+  constexpr int kFetchLines = kWindowLines > 1 ? kWindowLines : 1;
   V smallest = S::splat(std::numeric_limits<A>::max());
   V total{};
   M unsure_lanes{};
   int64_t fetched = 0;
   auto at = [&](int64_t j) __attribute__((always_inline)) {
     if (fetched < fetch_bytes) {  // (a fetch past the end of memory is harmless: fetches do not fault)
-      __builtin_prefetch(fetch + fetched);
-      __builtin_prefetch(fetch + fetched + 64);
-      __builtin_prefetch(fetch + fetched + 128);
-      __builtin_prefetch(fetch + fetched + 192);
-      fetched += 256;
+      for (int line = 0; line < kFetchLines; ++line) __builtin_prefetch(fetch + fetched + 64 * line);
+      fetched += 64 * kFetchLines;
     }
     const V sum = S::load(sums + j);
     smallest = sum < smallest ? sum : smallest;
@@ -1077,8 +1077,9 @@ bool triple_strips_apply(const PoolGeometry& g, const LpNorm& lp) {
 // row (the edge columns' outside neighbour +0, the term padding adds), and the window sum of the output row above,
 // (h of the row above it + h of its row) + h (+0 rows above the first and below the last), its root stored: the sums
 // of lp_pool_blocked (padded_triple_rows, fused_triple_rows and the flat rows) in the same order, with the two rows of
-// h in registers instead of column sums stored and read back. (Without fetches of the next plane ahead: into L1 they
-// evict the lines of this plane the later strips read, and into L2 they cost more than they save.)
+// h in registers instead of column sums stored and read back. The first strip of a block fetches into the cache the
+// input rows of the next block (the next plane's first rows after a plane's last block), a row per row it takes: the
+// hardware's prefetchers alone leave memory idle at each block's start.
 // Returns true when the plane's roots are those of the plane paths: every sum is trusted (at least the trusted
 // minimum), and all of them together at most max / 2048. The paths then scale the plane by 2^0: the probe of the
 // plane's first kBlock values (probe_exponent) is trusted, since it holds the first three rows, so two windows without
@@ -1132,6 +1133,12 @@ bool triple_strips_plane(const A* __restrict x, A* __restrict y, int64_t rows, i
                        middle = carried[2 * k + 1];
                      }
                      for (; r < r1; ++r) {
+                       if (k == 0) {  // the input row kStripRows on, which the next block's strips read
+                         const char* ahead = reinterpret_cast<const char*>(x + (r + kStripRows) * w);
+                         for (int64_t b = 0; b < w * static_cast<int64_t>(sizeof(A)); b += 64) {
+                           __builtin_prefetch(ahead + b);
+                         }
+                       }
                        const V next = row_sums(x + r * w);
                        finish(r - 1, (above + middle) + next);
                        above = middle;
