@@ -291,10 +291,16 @@ def _takes_float16(types: str | Sequence[str] | None) -> bool:
     library's default (None) leaves float16 out, except with onnxruntime before 1.32 (see selected_types in
     csrc/ort/registration.cc)."""
     if types is None:
-        import onnxruntime
-
-        return tuple(int(v) for v in onnxruntime.__version__.split(".")[:2]) < (1, 32)
+        return _onnxruntime_version() < (1, 32)
     return types == "all" or "float16" in _names(types)
+
+
+def _onnxruntime_version() -> tuple[int, int]:
+    """(major, minor) of the onnxruntime Python package in use."""
+    import onnxruntime
+
+    major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
+    return major, minor
 
 
 def _nhwc_fp16_choice(

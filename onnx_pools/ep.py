@@ -40,10 +40,9 @@ def get_ep_name() -> str:
 
 def ep_route_available() -> bool:
     """Whether this onnxruntime has the plugin-EP API the library's execution provider needs (EP_MIN_ORT_VERSION)."""
-    import onnxruntime
+    from . import _onnxruntime_version
 
-    major, minor = (int(part) for part in onnxruntime.__version__.split(".")[:2])
-    return (major, minor) >= EP_MIN_ORT_VERSION
+    return _onnxruntime_version() >= EP_MIN_ORT_VERSION
 
 
 def register_ep_library() -> None:

@@ -102,6 +102,7 @@ ONNX_TYPES = {
 ALL_DTYPES = list(ONNX_TYPES)
 QTYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
 IR_VERSION = min(onnx.IR_VERSION, 10)
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the bundled models
 # onnxruntime 1.32 matches kernels of a type registered schema-only at since-version 1, so there the library's
 # default types leave float16 out and a types selection keeps ORT's NCHWc rewrite; before, neither (registration.cc)
 ORT_SCHEMA_ONLY_AT_BLOCKED_START = tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 32)
@@ -312,6 +313,14 @@ def _stock_load_dies(model: Any) -> str | None:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     return signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else None
+
+
+def optimized_session(model: Any, so: ort.SessionOptions, tmp_path: Any) -> tuple[ort.InferenceSession, Any]:
+    """A CPU session of model (path or bytes) with `so`, and ORT's optimised graph of it (onnx.ModelProto)."""
+    so.optimized_model_filepath = str(Path(tmp_path) / "optimized.onnx")
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    return sess, onnx.load(so.optimized_model_filepath)
 
 
 def make_session(model: Any, library: bool = True, ops: Any = None, threads: int = 1) -> ort.InferenceSession:

@@ -4,16 +4,14 @@ ort_layout=False (and an explicit `ops`) keeps the library's kernels everywhere.
 
 import platform
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
-from helpers import call_count_moves, graph_model
+from helpers import MODELS_DIR, call_count_moves, graph_model, optimized_session
 
 
 def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
@@ -34,9 +32,7 @@ def conv_model(head, fed_by_conv=True, extra_bf16_pool=False):
 
 
 def run(model, so, tmp_path):
-    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    sess, optimized = optimized_session(model, so, tmp_path)
     x = np.random.default_rng(1).standard_normal((2, 8, 12, 12)).astype(np.float32)
     feeds = {"X": x}
     if len(sess.get_inputs()) > 1:
@@ -44,7 +40,7 @@ def run(model, so, tmp_path):
     with call_count_moves() as counted:
         (y,) = sess.run(None, feeds)
     moved = {op: counted.get(op, 0) for op in onnx_pools.OPS}
-    ops = {f"{n.domain}.{n.op_type}" for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+    ops = {f"{n.domain}.{n.op_type}" for n in optimized.graph.node}
     return y, moved, ops
 
 
@@ -100,14 +96,8 @@ def test_lower_optimisation_level_keeps_library(tmp_path):
     assert moved["GlobalAveragePool"] == 1
 
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-
-
 def optimized_graph(model, so, tmp_path):
-    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    so.log_severity_level = 3
-    ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    return onnx.load(str(tmp_path / "optimized.onnx")).graph
+    return optimized_session(model, so, tmp_path)[1].graph
 
 
 def op_counts(graph):

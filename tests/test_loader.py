@@ -18,6 +18,7 @@ from helpers import (
     cpu_isas,
     graph_model,
     make_session,
+    optimized_session,
     pool_model,
     random_lppool_case,
     random_lppool_input,
@@ -122,11 +123,8 @@ def _pool_input_type(so, model, tmp_path):
     """Element type of the GlobalAveragePool node's input in ORT's optimised graph (after its inserted casts)."""
     import onnx
 
-    out = tmp_path / "optimized.onnx"
-    so.optimized_model_filepath = str(out)
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    opt = onnx.shape_inference.infer_shapes(onnx.load(str(out)))
+    sess, optimized = optimized_session(model.SerializeToString(), so, tmp_path)
+    opt = onnx.shape_inference.infer_shapes(optimized)
     types = {v.name: v.type.tensor_type.elem_type for v in list(opt.graph.input) + list(opt.graph.value_info)}
     (gap,) = [n for n in opt.graph.node if n.op_type == "GlobalAveragePool"]
     return sess, types.get(gap.input[0])

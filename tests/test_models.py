@@ -8,8 +8,6 @@ and the results are right:
   weights), which checks the models themselves.
 """
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -17,6 +15,7 @@ from onnx import helper, numpy_helper
 
 import onnx_pools
 from helpers import (
+    MODELS_DIR,
     ROUTE,
     call_count_moves,
     elem_name,
@@ -30,7 +29,6 @@ from helpers import (
 from reference import BF16, global_average_pool, global_lp_pool, global_max_pool, input_scale, lp_pool, to_f64
 from reference_qlinear import near_tie, qlinear_average_pool
 
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MODEL_FILES = sorted(MODELS_DIR.glob("*.onnx"))
 IDS = [p.name for p in MODEL_FILES]
 

@@ -8,24 +8,21 @@ pool's actual input in that run), and the model's outputs against stock ORT.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from helpers import assert_qlinear_matches, counts_one_run, make_session
+from helpers import MODELS_DIR, assert_qlinear_matches, counts_one_run, make_session
 from reference_qlinear import qlinear_average_pool
 
 OP = "QLinearAveragePool"
-MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models")
 MODELS = {"uint8": "avgpool_qop_uint8.onnx", "int8": "avgpool_qop_int8.onnx"}
 NP_T = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
 
 
 def load(tag):
-    path = os.path.join(MODELS_DIR, MODELS[tag])
+    path = str(MODELS_DIR / MODELS[tag])
     model = onnx.load(path)
     assert model.ir_version <= 10
     domains = {o.domain for o in model.opset_import}

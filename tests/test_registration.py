@@ -1,15 +1,19 @@
 """How the library's registration coexists with ORT's own graph rewrites and domains."""
 
-import os
-
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
-from helpers import ORT_SCHEMA_ONLY_AT_BLOCKED_START, counts_one_run, graph_model, qlinear_model
+from helpers import (
+    MODELS_DIR,
+    ORT_SCHEMA_ONLY_AT_BLOCKED_START,
+    counts_one_run,
+    graph_model,
+    optimized_session,
+    qlinear_model,
+)
 from reference import global_average_pool
 
 
@@ -49,10 +53,7 @@ def run(model, so):
 def stock_keeps_pool_blocked(model, tmp_path):
     """Whether stock ORT's optimised graph pools in its NCHWc layout (x86-64 CPUs with AVX2 or wider, level ALL;
     not on aarch64)."""
-    so = ort.SessionOptions()
-    so.optimized_model_filepath = str(tmp_path / "stock_optimized.onnx")
-    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    graph = onnx.load(so.optimized_model_filepath).graph
+    graph = optimized_session(model.SerializeToString(), ort.SessionOptions(), tmp_path)[1].graph
     return any(n.op_type == "GlobalAveragePool" and n.domain == "com.microsoft.nchwc" for n in graph.node)
 
 
@@ -126,12 +127,10 @@ def test_unknown_op_name_in_selection_is_a_clear_error():
         ort.InferenceSession(model.SerializeToString(), onnx_pools.session_options(ops=["NoSuchPool"]))
 
 
-def optimized_graph(model_path, so, tmp_path, tag):
+def nodes_and_session(model_path, so, tmp_path):
     """(op type, domain) of each node of ORT's optimised graph of the model, and the session."""
-    so.optimized_model_filepath = str(tmp_path / f"{tag}.onnx")
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
-    return [(n.op_type, n.domain) for n in onnx.load(so.optimized_model_filepath).graph.node], sess
+    sess, optimized = optimized_session(model_path, so, tmp_path)
+    return [(n.op_type, n.domain) for n in optimized.graph.node], sess
 
 
 @pytest.mark.parametrize("name", ["cnn_gap_f16", "cnn_gmp_f16", "cnn_lppool1d_f16", "cnn_lppool2d_f16"])
@@ -141,11 +140,11 @@ def test_raw_registration_runs_float16_models_as_stock(name, tmp_path):
     too, on the library's float kernel: the optimised graph is stock's node for node, no cast is added, and the
     output matches stock's. Before 1.32 the default takes float16 (leaving it out would cost ORT's NCHWc rewrite),
     and the pool's float16 kernel runs behind an added cast."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", f"{name}.onnx")
-    stock_graph, stock = optimized_graph(path, ort.SessionOptions(), tmp_path, "stock")
+    path = str(MODELS_DIR / f"{name}.onnx")
+    stock_graph, stock = nodes_and_session(path, ort.SessionOptions(), tmp_path)
     plain = ort.SessionOptions()
     plain.register_custom_ops_library(onnx_pools.get_library_path())
-    graph, sess = optimized_graph(path, plain, tmp_path, "plain")
+    graph, sess = nodes_and_session(path, plain, tmp_path)
     pool = next(op for op, _ in stock_graph if "Pool" in op)
     if ORT_SCHEMA_ONLY_AT_BLOCKED_START:
         assert graph == stock_graph

@@ -199,7 +199,7 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
 // casts on the float kernels. That is the default: ORT's CPU provider runs float16 compute nodes in float, and a
 // float16 pool behind one would add a cast of the pool's whole input, so a Conv -> Relu -> pool float16 model would
 // run slower than stock ORT. "all" takes float16 too (session_options(model=...) asks for it when every float16
-// pool is fed by a graph input or a Cast). Before ORT 1.32 the default stays every type: leaving one out there
+// pool is fed by a graph input or a Cast). Before ORT 1.32 the default is every type: leaving one out there
 // costs ORT's NCHWc rewrite of float32 global pools (see g_schema_only_types_at_blocked_start).
 std::set<std::string> selected_types(const OrtSessionOptions* options) {
   std::set<std::string> all;

@@ -261,7 +261,7 @@ def _library_kernels_ran(model: bytes, threads: int, feeds: dict[str, np.ndarray
 def _library_could_run(model: Any) -> bool:
     """Whether a model (onnx.ModelProto) has a node of the library's ops or a QDQ average-pool unit ORT fuses into
     one; a demo model of other ops (an AveragePool in float) runs no library kernel by design."""
-    ops = {(name, domain) for name, domain in onnx_pools.OPS.items()}
+    ops = set(onnx_pools.OPS.items())
     has_op = any((n.op_type, "" if n.domain == "ai.onnx" else n.domain) in ops for n in model.graph.node)
     return has_op or pools_reach_library_only_through_ep(model)
 
@@ -289,7 +289,7 @@ def measure_whole_models(
 ) -> dict[str, Any]:
     """The measurements of this process's kernel set (JSON-ready): {"isa", "rows", "layouts", "profiles",
     "needs_ep", "ok"}; a row is {"name", "batch", "threads"} with "error", or with "ms", "spread", "ratio", "iqr",
-    "served" per engine and "ran" (_library_kernels_ran)."""
+    "served" per engine, "ran" (_library_kernels_ran) and "could" (_library_could_run)."""
     import onnx
     import onnxruntime as ort
 
@@ -302,6 +302,8 @@ def measure_whole_models(
     ok_all = True
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, symbolic in model_files(include_all, substrings):
+            proto = onnx.load_from_string(model)
+            could = _library_could_run(proto)
             batch_sizes: list[int | None] = list(batches) if symbolic else [None]
             for batch in batch_sizes:
                 for t in thread_counts:
@@ -330,15 +332,10 @@ def measure_whole_models(
                     if feeds is None:
                         break
                     ran = _library_kernels_ran(model, t, feeds, sessions.get("lib-all"))
-                    if (
-                        not ran
-                        and "ep" not in available_engines()
-                        and pools_reach_library_only_through_ep(onnx.load_from_string(model))
-                    ):
+                    if not ran and "ep" not in available_engines() and pools_reach_library_only_through_ep(proto):
                         # this onnxruntime has no plugin EP
                         needs_ep.append(name)
                         break
-                    could = _library_could_run(onnx.load_from_string(model))
                     ok_all &= ran or not could
                     served = {e: _library_calls(sessions[e], feeds) > 0 for e in engines}
                     rs = time_sessions(sessions, feeds, rounds, budget_s)
@@ -434,7 +431,7 @@ def _render(measured: list[dict[str, Any]], engines: Sequence[str]) -> str:
             + "/".join(f"{row['spread'][e]:.0f}" for e in engines)
             + " | "
             + " | ".join(cells)
-            + f" | {'yes' if row['ran'] else 'NO' if row.get('could', True) else '- (no library op)'} |"
+            + f" | {'yes' if row['ran'] else 'NO' if row['could'] else '- (no library op)'} |"
         )
     lines.append("")
     needs_ep = sorted({n for m in measured for n in m["needs_ep"]})
