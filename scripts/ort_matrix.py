@@ -10,6 +10,7 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
     python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test)
     python3 scripts/ort_matrix.py --oldest           # the oldest minor only (CI: its test step runs the newest)
+    python3 scripts/ort_matrix.py --oldest --no-isa-reruns   # (CI) less the per-ISA kernel reruns (-m 'not isa_rerun')
     python3 scripts/ort_matrix.py --ends --ep-floor  # and 1.24, the first minor with the plugin EP
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
     python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
@@ -264,6 +265,7 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
                 "no:cacheprovider",
                 f"--junitxml={junit}",
                 "tests",
+                *(["-m", "not isa_rerun"] if args.no_isa_reruns else []),
                 *args.pytest_args,
             ]
             r = sh(cmd, cwd=suite)
@@ -319,6 +321,12 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
     ap.add_argument("--ends", action="store_true", help="only the oldest and the newest of those minors")
     ap.add_argument("--oldest", action="store_true", help="only the oldest of those minors")
+    ap.add_argument(
+        "--no-isa-reruns",
+        action="store_true",
+        help="leave out the per-ISA kernel reruns (-m 'not isa_rerun'): they do not depend on the onnxruntime release "
+        "(CI: its test step runs them)",
+    )
     ap.add_argument(
         "--ep-floor",
         action="store_true",

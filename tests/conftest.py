@@ -31,7 +31,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     registered = {line.split(":")[0].strip() for line in config.getini("markers")}
-    for name in [*OPT_IN, *MODES, "fuzz"]:
+    for name in [*OPT_IN, *MODES, "fuzz", "isa_rerun"]:
         if name not in registered:  # a copy of tests/ run without pyproject.toml (scripts/wheel_check.sh)
             config.addinivalue_line("markers", f"{name}: see pyproject.toml and the README's Developers section")
     expr = config.getoption("markexpr", "") or ""

@@ -57,6 +57,7 @@ __all__ = [
     "configure",
     "counts_one_run",
     "cpu_isas",
+    "each_isa",
     "elem_name",
     "elf_dynamic",
     "expect_error",
@@ -668,6 +669,13 @@ def cpu_isas() -> list[str]:
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
         isas.append("avx512")
     return isas
+
+
+def each_isa(test: Any) -> Any:
+    """Parametrizes `test` over the ISA paths this CPU runs (its `isa` argument; the test reruns a module's kernel
+    checks under that path, rerun_on_isa) and marks it `isa_rerun`: a kernel check that neither the registration
+    route nor the onnxruntime release changes, which CI's plugin-EP and oldest-onnxruntime runs deselect."""
+    return pytest.mark.isa_rerun(pytest.mark.parametrize("isa", cpu_isas())(test))
 
 
 def subprocess_env(isa: str | None = None, drop: Sequence[str] = ()) -> dict[str, str]:

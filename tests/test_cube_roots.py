@@ -16,10 +16,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-import pytest
 
 import onnx_pools
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import each_isa, rerun_on_isa, run_op
 
 HARD_PAIRS = [  # hexadecimal float32 values (float.fromhex)
     ("0x1.cc9f5cp+0", "0x1.ace1e2p-1"),
@@ -128,7 +127,7 @@ def test_cube_roots_correctly_rounded():
     check_all()
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_cube_roots_on_each_isa(isa):
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_cube_roots") == str(len(cases()))

@@ -14,11 +14,10 @@ maximum (+0 above -0), with the library's kernel proven to run (run_op), on ever
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import each_isa, rerun_on_isa, run_op
 
 __all__ = ["cases", "check_all"]
 
@@ -80,7 +79,7 @@ def test_half_short_max() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_half_short_max_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_half_short_max") == str(len(cases()))

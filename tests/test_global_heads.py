@@ -23,11 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import each_isa, rerun_on_isa, run_op
 
 __all__ = ["check_all", "check_half_maxima", "check_long_maxima", "check_short_means", "check_wide_bfloat16"]
 
@@ -176,7 +175,7 @@ def test_heads() -> None:
     assert check_all() == EXPECTED
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_heads_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_heads") == str(EXPECTED)

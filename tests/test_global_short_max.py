@@ -13,11 +13,10 @@ on every ISA this CPU runs.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import each_isa, rerun_on_isa, run_op
 
 __all__ = ["cases", "check_all"]
 
@@ -68,7 +67,7 @@ def test_short_max() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_short_max_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_short_max") == str(len(cases()))

@@ -17,11 +17,10 @@ non-finite sums in each lane of a group. Last, GlobalMaxPool over channels of ex
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op, short_sum_order
+from helpers import each_isa, rerun_on_isa, run_op, short_sum_order
 
 __all__ = ["cases", "check_all", "check_vector_maxima", "max_cases", "max_input", "specified_means"]
 
@@ -105,7 +104,7 @@ def test_short_float_means() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_short_float_means_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_small_planes") == str(len(cases()))
@@ -155,6 +154,6 @@ def test_vector_maxima() -> None:
     assert check_vector_maxima() == len(max_cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_vector_maxima_on_each_isa(isa: str) -> None:
     assert rerun_on_isa(isa, "test_global_small_planes", "check_vector_maxima") == str(len(max_cases()))

@@ -15,11 +15,10 @@ single-threaded run, with the library's kernel proven to run (run_op), on every 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op
+from helpers import each_isa, rerun_on_isa, run_op
 
 __all__ = ["check_all"]
 
@@ -73,7 +72,7 @@ def test_split() -> None:
     assert check_all() == EXPECTED
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_split_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_split") == str(EXPECTED)

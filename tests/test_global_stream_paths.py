@@ -29,11 +29,10 @@ NaNs (the first in memory order is the result, bit for bit), infinities, and the
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import cpu_isas, rerun_on_isa, run_op, short_sum_order
+from helpers import each_isa, rerun_on_isa, run_op, short_sum_order
 
 __all__ = [
     "case_count",
@@ -242,7 +241,7 @@ def test_stream_paths() -> None:
     assert check_all() == case_count()
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_stream_paths_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_global_stream_paths") == str(case_count())

@@ -394,20 +394,35 @@ def _need(gib):
         pytest.skip(f"needs {gib} GiB of available memory")
 
 
-CHUNK = 1 << 26
+# The huge inputs repeat one random period of PERIOD elements: filling is a copy, and a channel's sums follow from the
+# period's prefix sums. PERIOD is odd, so no power-of-two offset (a wrapped or truncated index) lands on equal content.
+PERIOD = (1 << 24) + 4099
 
 
 def _fill(x, seed):
-    """Deterministic position-dependent content, written in chunks (no multi-GB temporaries)."""
+    """x's flat content: position i holds period[i % PERIOD], a random period (uniform bytes, or [0, 1) floats)."""
     flat = x.reshape(-1)
     rng = np.random.default_rng(seed)
-    for start in range(0, flat.size, CHUNK):
-        stop = min(flat.size, start + CHUNK)
-        flat[start:stop] = (
-            rng.integers(0, 256, stop - start, dtype=np.uint8)
-            if x.dtype.kind in "iu" and x.dtype.itemsize == 1
-            else rng.random(stop - start, dtype=np.float32).astype(x.dtype)
-        )
+    if x.dtype.kind in "iu" and x.dtype.itemsize == 1:
+        period = rng.integers(0, 256, PERIOD, dtype=np.uint8).view(x.dtype)
+    else:
+        period = rng.random(PERIOD, dtype=np.float32).astype(x.dtype)
+    for start in range(0, flat.size, PERIOD):
+        stop = min(flat.size, start + PERIOD)
+        flat[start:stop] = period[: stop - start]
+    return period
+
+
+def _periodic_sums(period64, start, stop):
+    """(sum, sum of squares) in float64 of period64[i % PERIOD] over flat positions start <= i < stop."""
+    prefix = np.concatenate([[0.0], np.cumsum(period64)])
+    prefix_sq = np.concatenate([[0.0], np.cumsum(np.square(period64))])
+
+    def upto(i, pre):  # the sum over positions [0, i)
+        whole, rest = divmod(i, PERIOD)
+        return whole * pre[-1] + pre[rest]
+
+    return upto(stop, prefix) - upto(start, prefix), upto(stop, prefix_sq) - upto(start, prefix_sq)
 
 
 def _log(msg, t0):
@@ -423,22 +438,25 @@ def test_huge_float16_global_pools():
     _need(7)
     t0 = time.perf_counter()
     size = 2**30 + 1
+    tail = 1 << 20
     x = np.empty([2, 1, size], np.float16)
-    _fill(x, 1)
-    x[:, :, -(1 << 20) :] = np.float16(10.0)
+    period = _fill(x, 1)
+    x[:, :, -tail:] = np.float16(10.0)
     x[0, 0, -1] = np.float16(30000.0)
     x[1, 0, 0] = np.float16(20000.0)
     x[1, 0, -1] = np.float16(-1.0)
     assert x.size > 2**31
     _log(f"input {x.shape} float16, {x.nbytes / 2**30:.2f} GiB", t0)
-    # reference in float64, chunked
-    sums, sq, mx = np.zeros(2), np.zeros(2), np.full(2, -np.inf)
+    # reference in float64: the periodic part from the period's prefix sums, the overwritten ends element by element
+    period64 = period.astype(np.float64)
+    sums, sq, mx = np.zeros(2), np.zeros(2), np.zeros(2)
     for c in range(2):
-        for start in range(0, size, CHUNK):
-            v = x[c, 0, start : start + CHUNK].astype(np.float64)
-            sums[c] += v.sum()
-            sq[c] += np.square(v).sum()
-            mx[c] = max(mx[c], v.max())
+        head = 1 if c == 1 else 0  # x[1, 0, 0] was overwritten
+        s, q = _periodic_sums(period64, c * size + head, (c + 1) * size - tail)
+        ends = np.concatenate([x[c, 0, :head], x[c, 0, -tail:]]).astype(np.float64)
+        sums[c] = s + ends.sum()
+        sq[c] = q + np.square(ends).sum()
+        mx[c] = max(period64.max(), ends.max())  # the periodic part spans many periods
     ref = {
         "GlobalAveragePool": (sums / size).reshape(2, 1, 1),
         "GlobalMaxPool": mx.reshape(2, 1, 1),
@@ -465,7 +483,8 @@ def test_huge_float16_global_pools():
 def test_huge_uint8_qlinear_average_pool():
     """uint8 with 3 * 715_900_000 = 2_147_700_000 > 2^31 elements (2 GiB), read as one NCHW plane [1, 1, T] (indices
     within a plane past 2^31) and as NHWC [1, T / 3, 3]; kernel 1024, stride 1024, ceil_mode (a partial last window).
-    The int8 view of the same bytes runs too."""
+    The int8 view of the same bytes runs too. The reference covers a sample of the ~2 million windows: the first and
+    last ones, those around element (NCHW) or byte (NHWC) 2^31, and random ones."""
     _need(5)
     t0 = time.perf_counter()
     L = 715_900_000
@@ -478,30 +497,37 @@ def test_huge_uint8_qlinear_average_pool():
     attrs = {"kernel_shape": [K], "strides": [K], "ceil_mode": 1}
     xs, xz, ys, yz = 0.0173, 117, 0.0061, 121
 
-    def reference_1d(x2d, dtype, count_tail):
-        """x2d [length, channels] (one image), windows of K along the length: float32 dequantisation, float64 sums."""
+    def reference_windows(x2d, dtype, windows):
+        """x2d [length, channels] (one image), windows of K along the length (indices `windows`): float32
+        dequantisation, float64 sums; (y, pre-rounding values), each [len(windows), channels]."""
         length, ch = x2d.shape
-        n_out = -(-length // K)
-        pre = np.empty([n_out, ch])
-        step = max(1, (CHUNK // ch) // K) * K
+        pre = np.empty([len(windows), ch])
         zp = np.int32(xz if dtype == np.uint8 else xz - 128)
-        for start in range(0, length, step):
-            stop = min(length, start + step)
-            v = x2d[start:stop].view(dtype).astype(np.int32)
+        for i, w in enumerate(windows):
+            v = x2d[w * K : min(length, (w + 1) * K)].view(dtype).astype(np.int32)
             deq = (np.float32(xs) * (v - zp).astype(np.float32)).astype(np.float64)
-            full = (stop - start) // K
-            sums = deq[: full * K].reshape(full, K, ch).sum(axis=1)
-            pre[start // K : start // K + full] = sums / K
-            if full * K < stop - start:  # the partial last window
-                tail = deq[full * K :]
-                pre[start // K + full] = tail.sum(axis=0) / tail.shape[0]
+            pre[i] = deq.sum(axis=0) / v.shape[0]
         pre = pre / np.float64(np.float32(ys)) + (yz if dtype == np.uint8 else yz - 128)
         lo, hi = RQ.QRANGE[np.dtype(dtype)]
         return np.clip(np.rint(pre), lo, hi).astype(dtype), pre
 
-    # the chunked reference equals reference_qlinear on a small input
+    def sample(length, boundary):
+        """Window indices: the first and last 512, 512 on each side of the window holding `boundary`, 4096 random."""
+        n_out = -(-length // K)
+        b = boundary // K
+        picked = np.concatenate(
+            [
+                np.arange(512),
+                np.arange(n_out - 512, n_out),
+                np.arange(b - 512, b + 512),
+                np.random.default_rng(4).integers(0, n_out, 4096),
+            ]
+        )
+        return np.unique(picked[picked < n_out])
+
+    # the windowed reference equals reference_qlinear on a small input (every window, the partial last one included)
     small = np.random.default_rng(3).integers(0, 256, [3 * K + 100, 2]).astype(np.uint8)
-    a, _ = reference_1d(small, np.uint8, True)
+    a, _ = reference_windows(small, np.uint8, np.arange(4))
     b, _ = RQ.qlinear_average_pool(small.T[None], xs, xz, ys, yz, [K], [K], ceil_mode=1)
     np.testing.assert_array_equal(a.T[None], b)
 
@@ -510,15 +536,17 @@ def test_huge_uint8_qlinear_average_pool():
         for layout in ("NCHW", "NHWC"):
             if layout == "NCHW":
                 x = buf.view(dtype).reshape(1, 1, total)
-                ref, pre = reference_1d(buf.reshape(total, 1), dtype, True)
+                windows = sample(total, 2**31)
+                ref, pre = reference_windows(buf.reshape(total, 1), dtype, windows)
                 ref, pre = ref.T[None], pre.T[None]
                 a = dict(attrs)
             else:
                 x = buf.view(dtype).reshape(1, L, 3)
-                ref, pre = reference_1d(buf.reshape(L, 3), dtype, True)
+                windows = sample(L, 2**31 // 3)
+                ref, pre = reference_windows(buf.reshape(L, 3), dtype, windows)
                 ref, pre = ref[None], pre[None]
                 a = dict(attrs, channels_last=1)
-            _log(f"{np.dtype(dtype).name} {layout} reference done", t0)
+            _log(f"{np.dtype(dtype).name} {layout} reference done ({len(windows)} windows)", t0)
             model, _ = qlinear_model(dtype, list(x.shape), a, xs, zx, ys, zy)
             sess = make_session(model, threads=2)
             t = time.perf_counter()
@@ -528,5 +556,9 @@ def test_huge_uint8_qlinear_average_pool():
                 f"QLinearAveragePool {np.dtype(dtype).name} {layout} {list(x.shape)}: {time.perf_counter() - t:.2f} s",
                 t0,
             )
-            assert_qlinear_matches(y, ref, pre, f"QLinearAveragePool {np.dtype(dtype).name} {layout} > 2^31 elements")
+            n_out = -(-x.shape[2 if layout == "NCHW" else 1] // K)
+            expected_shape = [1, 1, n_out] if layout == "NCHW" else [1, n_out, 3]
+            assert list(y.shape) == expected_shape, f"{layout}: shape {list(y.shape)}, expected {expected_shape}"
+            got = y[:, :, windows] if layout == "NCHW" else y[:, windows, :]
+            assert_qlinear_matches(got, ref, pre, f"QLinearAveragePool {np.dtype(dtype).name} {layout} > 2^31 elements")
             CASE_COUNTS["huge: > 2^31 elements"] += 1

@@ -16,14 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
 from helpers import (
     assert_close_with_subnormals,
     check_float16_mean_flushed,
-    cpu_isas,
+    each_isa,
     rerun_on_isa,
     run_flushed_check,
     run_op,
@@ -93,7 +92,7 @@ def test_long_channels() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_long_channels_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_long_channels") == str(len(cases()))
@@ -108,6 +107,6 @@ def check_flushed_subnormals() -> str:
     return check_float16_mean_flushed(R.to_dtype(x, "float16"), "flushed, long")
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_float16_means_with_subnormals_flushed(isa: str) -> None:
     run_flushed_check("test_long_channels", isa)

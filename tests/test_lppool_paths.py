@@ -41,11 +41,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
-from helpers import assert_close_with_subnormals, cpu_isas, rerun_on_isa, run_op
+from helpers import assert_close_with_subnormals, each_isa, rerun_on_isa, run_op
 
 __all__ = ["cases", "check_all", "check_all_rows", "check_all_tiles", "row_cases", "tile_cases"]
 
@@ -235,7 +234,7 @@ def test_single_element_planes() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_single_element_planes_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_lppool_paths") == str(len(cases()))
@@ -245,7 +244,7 @@ def test_flat_rows() -> None:
     assert check_all_rows() == len(row_cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_flat_rows_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_lppool_paths", "check_all_rows") == str(len(row_cases()))
@@ -255,7 +254,7 @@ def test_tiles() -> None:
     assert check_all_tiles() == len(tile_cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_tiles_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_lppool_paths", "check_all_tiles") == str(len(tile_cases()))

@@ -17,7 +17,7 @@ import pytest
 from helpers import (
     assert_qlinear_matches,
     call_count_moves,
-    cpu_isas,
+    each_isa,
     expect_error,
     make_session,
     qlinear_model,
@@ -391,7 +391,7 @@ def check_all():
     return len(CASES)
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_random_cases_on_other_isa_paths(isa):
     """All randomized cases again against the reference, with each other kernel path forced."""
     assert rerun_on_isa(isa, "test_qlinear_average_pool") == str(len(CASES))

@@ -10,9 +10,7 @@ stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
 
 from __future__ import annotations
 
-import pytest
-
-from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_cases, rerun_on_isa
+from helpers import TIE_TOL, check_qlinear_3x3_cases, each_isa, qlinear_3x3_cases, rerun_on_isa
 from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
@@ -77,7 +75,7 @@ def test_cases_reach_the_ties():
     assert near_tie(_pre(heavy), TIE_TOL)[:, 1:-1, 1:-1].any()
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_nhwc3x3_on_each_isa(isa):
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_qlinear_nhwc3x3") == str(len(cases()))

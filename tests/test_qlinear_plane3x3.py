@@ -11,9 +11,7 @@ from ties and against stock ORT (identical: the ties are ORT's own float sequenc
 
 from __future__ import annotations
 
-import pytest
-
-from helpers import TIE_TOL, check_qlinear_3x3_cases, cpu_isas, qlinear_3x3_cases, rerun_on_isa
+from helpers import TIE_TOL, check_qlinear_3x3_cases, each_isa, qlinear_3x3_cases, rerun_on_isa
 from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, C, H, W): one plane of 3 rows; 2 x 3 planes with row lengths that wrap a step at different lanes; a wide plane;
@@ -67,7 +65,7 @@ def test_equal_scales_put_edge_windows_on_ties():
     assert on_tie[..., 0, :].any() and on_tie[..., :, 0].any() and not on_tie[..., 1:-1, 1:-1].any()
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_plane3x3_on_each_isa(isa):
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_qlinear_plane3x3") == str(len(cases()))

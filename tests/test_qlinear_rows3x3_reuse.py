@@ -7,9 +7,8 @@ against the float64 reference and stock ORT, with each ISA forced."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from helpers import check_qlinear_against_reference_and_stock, cpu_isas, rerun_on_isa
+from helpers import check_qlinear_against_reference_and_stock, each_isa, rerun_on_isa
 
 __all__ = ["check_all"]
 
@@ -54,7 +53,7 @@ def test_pool_not_reused_across_parameters_or_shapes() -> None:
     assert check_all() == 1 + 2 * len(VARIANTS)
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_pool_reuse_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_qlinear_rows3x3_reuse") == str(1 + 2 * len(VARIANTS))

@@ -19,14 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 import onnx_pools
 import reference as R
 from helpers import (
     assert_close_with_subnormals,
     check_float16_mean_flushed,
-    cpu_isas,
+    each_isa,
     rerun_on_isa,
     run_flushed_check,
     run_op,
@@ -100,7 +99,7 @@ def test_short_channels() -> None:
     assert check_all() == len(cases())
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_short_channels_on_each_isa(isa: str) -> None:
     """The same checks with each other path forced."""
     assert rerun_on_isa(isa, "test_small_planes") == str(len(cases()))
@@ -150,7 +149,7 @@ def test_float16_means() -> None:
     assert check_float16_means() == 3 * len(FLOAT16_MEAN_SHAPES)
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_float16_means_on_each_isa(isa: str) -> None:
     assert rerun_on_isa(isa, "test_small_planes", "check_float16_means") == str(3 * len(FLOAT16_MEAN_SHAPES))
 

@@ -9,7 +9,7 @@ import reference as R
 import reference_qlinear as RQ
 from helpers import (
     assert_qlinear_matches,
-    cpu_isas,
+    each_isa,
     make_session,
     pool_model,
     qlinear_model,
@@ -287,7 +287,7 @@ def check_all():
     return len(CHECKS)
 
 
-@pytest.mark.parametrize("isa", cpu_isas())
+@each_isa
 def test_streaming_on_every_isa(isa):
     """The same checks with each other instruction set forced."""
     assert rerun_on_isa(isa, "test_streaming") == str(len(CHECKS))
