@@ -181,11 +181,12 @@ def session_options(
     types: "all", or element types the kernels take (names in TYPES). Default: every type but float16, and with
     `model`, float16 too unless the model feeds a pooling node from a compute node (not a Cast): ORT's CPU provider
     runs float16 neighbours in float through casts, and a float16 kernel here would add a cast of the pool's input
-    and can keep them in ORT's slow float16 kernels. float16 pools then run on this library's float kernels
-    between ORT's casts. (With onnxruntime before 1.32 the default without `model` is every type: leaving one out
-    there costs ORT's NCHWc rewrite of float32 global pools.) A selection must keep float while a standard-domain
-    op is taken, and uint8 and int8 while QLinearAveragePool is: ORT's own kernels do not match the library's
-    schemas, so nodes of those types would find no kernel at all (ValueError).
+    and can keep them in ORT's slow float16 kernels. float16 pools then run on this library's float kernels between
+    ORT's casts. (With onnxruntime before 1.32 the default without `model` is every type: leaving one out there
+    costs ORT's NCHWc rewrite of float32 global pools. On aarch64 CPUs with FP16 vector arithmetic, where ORT runs
+    float16 Conv and pools natively, the default is every type too, with or without `model`.) A selection must keep
+    float while a standard-domain op is taken, and uint8 and int8 while QLinearAveragePool is: ORT's own kernels do
+    not match the library's schemas, so nodes of those types would find no kernel at all (ValueError).
     ort_layout: with `model` and ops=None, GlobalAveragePool / GlobalMaxPool are left to ORT when every node of the
     op takes its input from a Conv (directly or through ops ORT keeps in its blocked NCHWc layout) and the session
     runs ORT's layout optimisations (level ALL, x86-64): ORT then pools in that layout, where a custom kernel makes
@@ -215,8 +216,10 @@ def session_options(
         if ort_layout and _ort_blocked_layout(so):
             ops = [name for name in ops if not _fed_by_blocked_layout(nodes, name)]
     if model is not None and types is None and nodes is not None:
-        # the library's default leaves float16 out; with a model, float16 is taken where it pays
-        types = [t for t in TYPES if t != "float16"] if _pool_fed_by_compute(nodes) else "all"
+        # the library's default leaves float16 out; with a model, float16 is taken where it pays (everywhere on a CPU
+        # where ORT runs float16 compute natively: the pool's neighbours are float16 nodes there)
+        fed_by_float_compute = _pool_fed_by_compute(nodes) and not _fp16_vector_cpu()
+        types = [t for t in TYPES if t != "float16"] if fed_by_float_compute else "all"
     ops = _check_selection(ops, types, domains)
     for key, value in ((OPS_CONFIG_KEY, ops), (TYPES_CONFIG_KEY, types)):
         if value is not None:
@@ -288,10 +291,10 @@ _NHWC_REWRITTEN_OPS = ("Conv", "FusedConv", "QLinearConv", "MaxPool", "AveragePo
 
 def _takes_float16(types: str | Sequence[str] | None) -> bool:
     """Whether a session registered with this `types` selection runs float16 nodes on the library's kernels. The
-    library's default (None) leaves float16 out, except with onnxruntime before 1.32 (see selected_types in
-    csrc/ort/registration.cc)."""
+    library's default (None) leaves float16 out, except with onnxruntime before 1.32 and on CPUs where ORT runs
+    float16 compute natively (see selected_types in csrc/ort/registration.cc)."""
     if types is None:
-        return _onnxruntime_version() < (1, 32)
+        return _onnxruntime_version() < (1, 32) or _fp16_vector_cpu()
     return types == "all" or "float16" in _names(types)
 
 
@@ -313,8 +316,9 @@ def _nhwc_fp16_choice(
     Disabling the transformer is per session, so it also stops ORT's NHWC rewrite of float16/quantized Convs and
     pools. So: when the kernels are forced (no model, explicit ops, ort_layout=False) always; with a model only
     if it has none of those other ops, where the transposes around a lone pool (a full pass over its input) can
-    only cost. In a model with Convs, ORT keeps its NHWC float16 chain (a pool fed by a Conv gets the library's
-    float kernel between casts all the same, as float16 is then left out of `types`); not measured on ARM hardware.
+    only cost. In a model with Convs, ORT keeps its NHWC float16 chain: float16 GlobalAveragePool goes to ORT's NHWC
+    kernel, as in stock ORT, and the other float16 pools run on the library's float16 kernels without the casts
+    stock ORT puts around its float kernels (checked under emulation, QEMU_CPU=max; not measured on ARM hardware).
     """
     if ops is not None and ops != "all" and "GlobalAveragePool" not in ops:
         return False

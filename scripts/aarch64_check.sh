@@ -14,6 +14,7 @@
 #        default / --full   the whole suite (FULL_TIME under emulation here)
 #        --subset           the CI subset (SUBSET_TIME): the bundled models (every op x type), quantized models,
 #                           errors, loader, registration, concurrency, onnxruntime-extensions
+#      and in both, the float16 registration tests on an emulated CPU with FP16 arithmetic (QEMU_CPU=max);
 #      Extra arguments go to pytest (e.g. -k lppool, -x).
 #        --prepare          only the downloads (host tools, qemu, the arm64 sysroot, the aarch64 wheels) into the
 #                           cache, then exit: CI runs it beside the x86-64 build, where the network waits cost nothing
@@ -296,7 +297,17 @@ SUBSET=(
   tests/test_extensions.py
   tests/test_cube_roots.py
 )
-SUBSET_DESELECT=(--deselect tests/test_loader.py::test_forced_isa_subprocess)
+# Left out too: the three bundled models whose ORT Convs take over a minute under emulation (their pools, float32
+# GlobalAveragePool / GlobalMaxPool / LpPool, run in the digests and in the other models).
+SUBSET_DESELECT=(
+  --deselect tests/test_loader.py::test_forced_isa_subprocess
+  --deselect "tests/test_models.py::test_model_runs_with_library[resnet_gap_f32.onnx-1]"
+  --deselect "tests/test_models.py::test_model_runs_with_library[vgg_gmp_f32.onnx-1]"
+  --deselect "tests/test_models.py::test_model_runs_with_library[lpnet_lppool_f32.onnx-1]"
+)
+# On a CPU with FP16 arithmetic (QEMU_CPU=max) ORT runs float16 Conv and pools itself and the library's default
+# types take float16: the float16 registration tests there (graphs against stock ORT's, which kernels ran).
+FP16_SUBSET=(tests/test_registration.py tests/test_loader.py -k float16)
 t0=$SECONDS
 if [ "$MODE" = full ]; then
   say "the whole suite under emulation ($(nproc) cores; FULL_TIME here; the CI subset: --subset)"
@@ -305,5 +316,8 @@ else
   say "the CI subset under emulation (the whole suite: scripts/aarch64_check.sh)"
   $N "$apy" -m pytest -q -p no:cacheprovider "${SUBSET[@]}" "${SUBSET_DESELECT[@]}" "$@" || fail "the test subset under emulation"
 fi
+say "the float16 registration tests on an FP16-capable CPU (QEMU_CPU=max)"
+QEMU_CPU=max $N "$apy" -m pytest -q -p no:cacheprovider "${FP16_SUBSET[@]}" \
+  || fail "the float16 registration tests on an FP16-capable CPU"
 say "pytest under emulation took $((SECONDS - t0)) s"
 say "OK ($((SECONDS - start)) s in all; wheel: $whl)"

@@ -40,6 +40,7 @@ __all__ = [
     "check_float16_mean_flushed",
     "run_flushed_check",
     "ALL_DTYPES",
+    "DEFAULT_TYPES_TAKE_FLOAT16",
     "CASE_COUNTS",
     "IR_VERSION",
     "ONNX_TYPES",
@@ -107,6 +108,9 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # the bundled mo
 # onnxruntime 1.32 matches kernels of a type registered schema-only at since-version 1, so there the library's
 # default types leave float16 out and a types selection keeps ORT's NCHWc rewrite; before, neither (registration.cc)
 ORT_SCHEMA_ONLY_AT_BLOCKED_START = tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 32)
+# Whether the library's default types (no onnx_pools.types entry) take float16: before onnxruntime 1.32, and on CPUs
+# where ORT runs float16 compute natively (aarch64 with FP16 arithmetic; csrc/ort/registration.cc, selected_types).
+DEFAULT_TYPES_TAKE_FLOAT16 = not ORT_SCHEMA_ONLY_AT_BLOCKED_START or onnx_pools._fp16_vector_cpu()
 
 # number of randomized / generated cases actually run, reported at the end of the session (conftest.py)
 CASE_COUNTS: collections.Counter[str] = collections.Counter()

@@ -12,7 +12,7 @@ import onnx_pools
 import reference as R
 from helpers import (
     ALL_DTYPES,
-    ORT_SCHEMA_ONLY_AT_BLOCKED_START,
+    DEFAULT_TYPES_TAKE_FLOAT16,
     call_count_moves,
     counts_one_run,
     cpu_isas,
@@ -133,10 +133,12 @@ def _pool_input_type(so, model, tmp_path):
 @pytest.mark.parametrize("fed_by_relu", [True, False])
 def test_float16_kernels_taken_only_where_they_help(fed_by_relu, tmp_path):
     """A float16 pool fed by an ORT compute node runs on the float kernel between ORT's casts (a float16 kernel would
-    add a cast and keep the Relu in ORT's slow float16 kernel); fed by the graph input it runs in float16."""
+    add a cast and keep the Relu in ORT's slow float16 kernel); fed by the graph input it runs in float16. On a CPU
+    where ORT runs float16 compute natively (aarch64 with FP16 arithmetic) it runs in float16 either way."""
     model = _f16_relu_pool_model(fed_by_relu)
     sess, pool_input = _pool_input_type(onnx_pools.session_options(model=model), model, tmp_path)
-    assert pool_input == (TensorProto.FLOAT if fed_by_relu else TensorProto.FLOAT16)
+    in_float = fed_by_relu and not onnx_pools._fp16_vector_cpu()
+    assert pool_input == (TensorProto.FLOAT if in_float else TensorProto.FLOAT16)
     x = R.to_dtype(np.random.default_rng(3).standard_normal([2, 8, 6, 5]), "float16")
     with counts_one_run("GlobalAveragePool"):
         (y,) = sess.run(None, {"X": x})
@@ -146,11 +148,12 @@ def test_float16_kernels_taken_only_where_they_help(fed_by_relu, tmp_path):
 
 def test_float16_left_out_without_model_and_explicit_types(tmp_path):
     """Without a model the library's default leaves float16 out (from onnxruntime 1.32; before, leaving a type out
-    costs ORT's NCHWc rewrite, so every type is taken): the float16 pool behind a Relu runs in float between ORT's
-    casts, as in stock ORT. types="all" takes it, types=["float"] leaves it out."""
+    costs ORT's NCHWc rewrite, so every type is taken; and not where ORT runs float16 compute natively): the float16
+    pool behind a Relu runs in float between ORT's casts, as in stock ORT. types="all" takes it, types=["float"]
+    leaves it out."""
     model = _f16_relu_pool_model(True)
     _, pool_input = _pool_input_type(onnx_pools.session_options(), model, tmp_path)
-    assert pool_input == (TensorProto.FLOAT if ORT_SCHEMA_ONLY_AT_BLOCKED_START else TensorProto.FLOAT16)
+    assert pool_input == (TensorProto.FLOAT16 if DEFAULT_TYPES_TAKE_FLOAT16 else TensorProto.FLOAT)
     _, pool_input = _pool_input_type(onnx_pools.session_options(types="all"), model, tmp_path)
     assert pool_input == TensorProto.FLOAT16
     _, pool_input = _pool_input_type(onnx_pools.session_options(types=["float"]), model, tmp_path)

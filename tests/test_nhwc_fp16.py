@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_pools
-from helpers import ORT_SCHEMA_ONLY_AT_BLOCKED_START, graph_model
+from helpers import graph_model
 
 KEY = "optimization.disable_specified_optimizers"
 
@@ -35,23 +35,23 @@ def fp16_cpu(monkeypatch):
     monkeypatch.setattr(onnx_pools, "_fp16_vector_cpu", lambda: True)
 
 
-# The library's default types leave float16 out (ORT then runs float16 pools in float through casts), except with
-# onnxruntime before 1.32: nothing to disable the transformer for when the library takes no float16 node.
-DEFAULT_TAKES_FLOAT16 = not ORT_SCHEMA_ONLY_AT_BLOCKED_START
+# On a CPU with FP16 arithmetic the library's default types take float16 (ORT runs float16 compute natively there),
+# with or without a model: the transformer is disabled wherever the kernels are forced and GlobalAveragePool taken.
+NO_FLOAT16 = [t for t in onnx_pools.TYPES if t != "float16"]
 
 
 @pytest.mark.parametrize(
     "options, expected",
     [
-        ({}, DEFAULT_TAKES_FLOAT16),  # no model: the library everywhere, float16 by default only before ORT 1.32
+        ({}, True),  # no model: the library everywhere
         ({"types": "all"}, True),
+        ({"types": NO_FLOAT16}, False),  # no float16 node on the library: nothing to disable the transformer for
         ({"model": "lone"}, True),  # nothing else for the transformer: the transposes could only cost
         ({"model": "conv"}, False),  # ORT's NHWC float16 chain stays
-        ({"model": "conv", "ort_layout": False}, False),  # a Conv-fed float16 pool runs in float between casts
-        ({"model": "conv", "ort_layout": False, "types": "all"}, True),  # forced, float16 taken
-        ({"model": "conv", "ops": "all"}, False),
-        ({"model": "conv", "ops": "all", "types": "all"}, True),
-        ({"ops": ["GlobalAveragePool"]}, DEFAULT_TAKES_FLOAT16),
+        ({"model": "conv", "ort_layout": False}, True),  # forced
+        ({"model": "conv", "ort_layout": False, "types": NO_FLOAT16}, False),
+        ({"model": "conv", "ops": "all"}, True),
+        ({"ops": ["GlobalAveragePool"]}, True),
         ({"ops": ["GlobalAveragePool"], "types": ["float", "float16"]}, True),
         ({"ops": ["LpPool", "GlobalMaxPool"], "types": "all"}, False),  # GlobalAveragePool left to ORT anyway
     ],

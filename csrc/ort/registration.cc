@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
 #include "geometry/error.h"
 #include "kernels/kernels.h"
 #include "ort/config.h"
@@ -33,6 +37,19 @@ bool g_shape_inference_with_optional_inputs = true;
 // ONNX Runtime before 1.32 fails to match kernels for a node whose type is registered only schema-only under a
 // custom op of since-version 1 (ORT's NCHWc rewrite's version). There, leaving a type out costs that rewrite.
 bool g_schema_only_types_at_blocked_start = true;
+
+// Whether ORT's CPU provider runs float16 Conv and pools in float16 itself (its NHWC float16 kernels): on aarch64
+// CPUs with FP16 vector arithmetic (HWCAP_ASIMDHP), as ORT decides. There a float16 pool's neighbours are float16
+// nodes, not float ones between casts, so leaving float16 out of the kernels would add casts instead of saving them,
+// and would keep ORT's NhwcTransformer from taking float16 GlobalAveragePool as it does in stock ORT.
+static bool ort_runs_float16_natively() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const bool native = (getauxval(AT_HWCAP) & (1UL << 10)) != 0;  // HWCAP_ASIMDHP
+  return native;
+#else
+  return false;
+#endif
+}
 
 // Calls of each op of op_table(), by row.
 static std::atomic<uint64_t>* call_counters() {
@@ -200,13 +217,14 @@ std::set<std::string> selected_ops(const OrtSessionOptions* options) {
 // float16 pool behind one would add a cast of the pool's whole input, so a Conv -> Relu -> pool float16 model would
 // run slower than stock ORT. "all" takes float16 too (session_options(model=...) asks for it when every float16
 // pool is fed by a graph input or a Cast). Before ORT 1.32 the default is every type: leaving one out there
-// costs ORT's NCHWc rewrite of float32 global pools (see g_schema_only_types_at_blocked_start).
+// costs ORT's NCHWc rewrite of float32 global pools (see g_schema_only_types_at_blocked_start). Where ORT runs
+// float16 natively (ort_runs_float16_natively) the default is every type too.
 std::set<std::string> selected_types(const OrtSessionOptions* options) {
   std::set<std::string> all;
   for (const ElementType& t : kElementTypes) all.insert(t.name);
   std::string value;
   if (!config_entry(options, kTypesConfigKey, value)) {
-    if (g_schema_only_types_at_blocked_start) all.erase("float16");
+    if (g_schema_only_types_at_blocked_start && !ort_runs_float16_natively()) all.erase("float16");
     return all;
   }
   if (value == "all") return all;
