@@ -84,15 +84,17 @@ def test_fast_references_agree():
     """The sliding-window references above equal the spec references on small cases of every kind used here."""
     rng = np.random.default_rng(3)
     for shape, attrs in LP_CASES:
-        small = list(shape[:-1]) + [min(shape[-1], 40)]
+        reach = 3 * (attrs.get("strides") or attrs["kernel_shape"])[-1] + attrs["kernel_shape"][-1]
+        small = list(shape[:-1]) + [min(shape[-1], max(40, reach))]
         x = rng.standard_normal(small)
         kw = {k: v for k, v in attrs.items() if k != "kernel_shape"}
         np.testing.assert_allclose(lp_pool_fast(x, attrs), R.lp_pool(x, attrs["kernel_shape"], **kw), rtol=1e-12)
     for _, shape, attrs in QL_SHAPES:
         small = list(shape)
         spatial = range(1, len(shape) - 1) if attrs.get("channels_last") else range(2, len(shape))
-        for a in spatial:
-            small[a] = min(small[a], 30)
+        for i, a in enumerate(spatial):
+            reach = 3 * (attrs.get("strides") or attrs["kernel_shape"])[i] + attrs["kernel_shape"][i]
+            small[a] = min(small[a], max(30, reach))
         x = rng.integers(0, 256, small).astype(np.uint8)
         for cip in (0, 1):
             y, pre = qlinear_fast(x, 0.02, 128, 0.02, 128, attrs, cip)
@@ -139,6 +141,11 @@ LP_CASES = [
     ([1, 3, 31, 29], {"kernel_shape": [3, 3], "strides": [3, 3], "p": 3}),
     ([2, 2, 17, 50], {"kernel_shape": [2, 3], "strides": [2, 3], "p": 4}),
     ([1, 2, 20, 33], {"kernel_shape": [3, 2], "strides": [3, 2], "p": 1}),
+    # wide steps between windows (windows.h wide_steps: a window's terms summed at a time) over strips shortened to
+    # keep their input in cache (strip_columns): 1-D and 2-D, a stride longer than the kernel with pads
+    ([1, 2, 128 * 4200 + 5], {"kernel_shape": [128], "strides": [128], "p": 2}),
+    ([1, 1, 4, 32 * 700], {"kernel_shape": [2, 32], "strides": [2, 32], "p": 3}),
+    ([1, 1, 30 * 3000 + 7], {"kernel_shape": [20], "strides": [30], "pads": [5, 9], "p": 1}),
 ]
 
 
@@ -225,6 +232,12 @@ QL_SHAPES = [
     ("NCHW", [1, 2, 9, 17], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),  # flat plane sums, a longer kernel
     ("NCHW", [2, 3, 50], {"kernel_shape": [4], "strides": [2], "pads": [2, 1]}),
     ("NHWC", [1, 4, 5, 6, 8], {"kernel_shape": [2, 3, 3], "pads": [1, 1, 1, 0, 1, 1], "channels_last": 1}),
+    # wide steps between windows (windows.h wide_steps) over strips shortened to keep their input in cache
+    # (strip_columns): a streamed 1-D NCHW plane and NHWC image, a whole NCHW plane, 3-D NHWC separable passes
+    ("NCHW", [1, 1, 64 * 5000 + 13], {"kernel_shape": [64], "strides": [64]}),
+    ("NHWC", [1, 64 * 1500 + 5, 3], {"kernel_shape": [64], "strides": [64], "pads": [3, 0], "channels_last": 1}),
+    ("NCHW", [2, 2, 40 * 1000], {"kernel_shape": [40], "strides": [40]}),
+    ("NHWC", [1, 2, 3, 200, 4], {"kernel_shape": [1, 2, 20], "strides": [1, 1, 20], "channels_last": 1}),
 ]
 
 

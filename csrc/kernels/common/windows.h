@@ -15,14 +15,24 @@ namespace {
 
 // ---- separable window sums (LpPool and QLinearAveragePool) -----------------------------------------------
 
+// Whether a pass per kernel offset over a row's windows would step a cache line or more from one window to the next
+// (e.g. kernel 1024 at stride 1024: every pass touching a line per window, the strip's K passes its whole span K
+// times): then the window sums are taken a window at a time instead, each over its contiguous terms.
+// step: values from one window's first term to the next window's.
+template <class S>
+bool wide_steps(int64_t step, int64_t kernel) {
+  return step * static_cast<int64_t>(sizeof(S)) >= 64 && kernel > 3;
+}
+
 // dst[o][j][i] = sum over k of src[o][j*stride - pad_begin + k*dilation][i], positions outside [0, in) skipped.
 // Sums over a box are separable, so an N-D window is N of these passes, one per axis.
 template <class S, class A>
 void window_sum_axis(const S* src, A* dst, int64_t outer, int64_t inner, const AxisGeometry& g) {
   const int64_t length = g.in, out = g.out, stride = g.stride;
-  if (g.kernel > length) {
-    // Kernel longer than the axis (huge kernels with matching pads): per window, only the k that land inside, so
-    // the work is bounded by the input, not by the kernel.
+  if (g.kernel > length || wide_steps<S>(stride * inner, g.kernel)) {
+    // A window at a time, its in-bounds terms in k order (the same sums as the passes per k below): for a kernel
+    // longer than the axis (huge kernels with matching pads) the work stays bounded by the input, not by the
+    // kernel; for wide steps between windows (wide_steps) each window's terms are read contiguously.
     for (int64_t o = 0; o < outer; ++o) {
       const S* s = src + o * length * inner;
       A* d = dst + o * out * inner;
@@ -183,21 +193,28 @@ inline RowsAndColumns rows_and_columns(const PoolGeometry& g) {
 }
 
 // Output columns whose window sums are built at a time: scratch stays bounded however long a row is (a 1-D plane
-// of 2^31 elements), while rows of ordinary images (up to a few hundred columns) are one strip.
+// of 2^31 elements), while rows of ordinary images (up to a few hundred columns) are one strip. Fewer where the
+// strides between windows are wide: the strip's copy of its input (kStripInputValues values at most, all channels,
+// unless one stride alone is longer) stays in cache (kernel 1024 at stride 1024: 4096 windows would span 4M values).
 constexpr int64_t kStripColumns = 4096;
+constexpr int64_t kStripInputValues = 1 << 18;
+inline int64_t strip_columns(const AxisGeometry& cols, int64_t channels) {
+  const int64_t by_input = max_of<int64_t>(1, kStripInputValues / max_of<int64_t>(1, cols.stride * channels));
+  return min_of(cols.out, min_of(kStripColumns, by_input));
+}
 
 // Rows one output row's windows span: the reduced rows kept in the ring.
 inline int64_t ring_rows(const AxisGeometry& rows) { return min_of((rows.kernel - 1) * rows.dilation + 1, rows.in); }
 // Input columns one strip's windows can reach.
-inline int64_t strip_input_columns(const AxisGeometry& cols) {
-  const int64_t strip = min_of(cols.out, kStripColumns);
+inline int64_t strip_input_columns(const AxisGeometry& cols, int64_t channels) {
+  const int64_t strip = strip_columns(cols, channels);
   return min_of((strip - 1) * cols.stride + (cols.kernel - 1) * cols.dilation + 1, cols.in);
 }
 // Scratch values stream_window_sums needs with `channels` interleaved channels (plus stream_tags() int64 values).
 inline int64_t stream_tags(const RowsAndColumns& p) { return 2 * ring_rows(p.rows); }
 inline int64_t stream_scratch(const RowsAndColumns& p, int64_t channels) {
-  const int64_t strip = min_of(p.cols.out, kStripColumns);
-  return channels * (strip_input_columns(p.cols) + (ring_rows(p.rows) + 1) * strip);
+  const int64_t strip = strip_columns(p.cols, channels);
+  return channels * (strip_input_columns(p.cols, channels) + (ring_rows(p.rows) + 1) * strip);
 }
 
 // d[j] = (s[j*stride] + s[j*stride + dilation]) + ... (kernel terms, in k order) for n windows of one channel,
@@ -233,6 +250,15 @@ void single_channel_window_sums(const S* s, S* d, int64_t n, const AxisGeometry&
   }
   // the first term stored, not added to 0: the same value for every summand here (integers, and |x|^p >= +0 or NaN)
   const int64_t stride = g.stride;
+  if (wide_steps<S>(stride, g.kernel)) {  // a window at a time, its terms in k order: the same sums
+    for (int64_t j = 0; j < n; ++j) {
+      const S* sj = s + j * stride;
+      S sum = sj[0];
+      for (int64_t k = 1; k < g.kernel; ++k) sum += sj[k * dil];
+      d[j] = sum;
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) d[j] = s[j * stride];
   for (int64_t k = 1; k < g.kernel; ++k) {
     const S* sk = s + k * dil;
@@ -293,6 +319,16 @@ void column_window_sums(const S* src, int64_t src_first, S* dst, const AxisGeome
     return;
   }
   fill(d, n * channels, S(0));
+  if (wide_steps<S>(step, g.kernel)) {
+    for (int64_t j = 0; j < n; ++j) {  // a window at a time (see wide_steps), its terms in k order: the same sums
+      S* dj = d + j * channels;
+      for (int64_t k = 0; k < g.kernel; ++k) {
+        const S* sk = s + j * step + k * dil;
+        for (int64_t c = 0; c < channels; ++c) dj[c] += sk[c];
+      }
+    }
+    return;
+  }
   for (int64_t k = 0; k < g.kernel; ++k) {
     const S* sk = s + k * dil;
     for (int64_t j = 0; j < n; ++j) {
@@ -331,9 +367,9 @@ bool stream_window_sums(const RowsAndColumns& p, int64_t channels, S* scratch, i
   const AxisGeometry& rows = p.rows;
   const AxisGeometry& cols = p.cols;
   const int64_t ring = ring_rows(rows);
-  const int64_t strip_max = min_of(cols.out, kStripColumns);
+  const int64_t strip_max = strip_columns(cols, channels);
   S* input_row = scratch;
-  S* reduced = input_row + strip_input_columns(cols) * channels;  // ring of reduced rows
+  S* reduced = input_row + strip_input_columns(cols, channels) * channels;  // ring of reduced rows
   S* out_row = reduced + ring * strip_max * channels;
   S** window_rows = reinterpret_cast<S**>(ring_tags + ring);  // this output row's reduced rows, in window order
   for (int64_t begin = 0; begin < cols.out; begin += strip_max) {

@@ -153,7 +153,7 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
   using A = AccOf<T>;
   const RowsAndColumns rc = rows_and_columns(g);
   const int64_t sums_scratch = stream_scratch(rc, 1);
-  const int64_t strip = min_of(rc.cols.out, kStripColumns);
+  const int64_t strip = strip_columns(rc.cols, 1);
   ScratchBuffer memory(sizeof(int64_t) * static_cast<size_t>(kVisitScratch * g.axes.size() + stream_tags(rc)) +
                        sizeof(A) * static_cast<size_t>(sums_scratch + strip + kBlock));
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type

@@ -62,7 +62,7 @@ class QLinearStreamPlan {
         channels_(channels),
         rc_(rows_and_columns(g)),
         requantiser_(q, g.kernel_size),
-        strip_(min_of(rc_.cols.out, kStripColumns)),
+        strip_(strip_columns(rc_.cols, channels)),
         row_length_(rc_.cols.in * channels),
         memory_(layout(nullptr)) {
     layout(memory_.as<char>());
