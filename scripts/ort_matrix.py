@@ -10,7 +10,8 @@ the test suite run from a copy of tests/ + models/ outside the source tree. Prin
     python3 scripts/ort_matrix.py 1.21 1.31.1        # given minors (latest patch) or exact versions
     python3 scripts/ort_matrix.py --ends             # the oldest and the newest minor (the matrix test)
     python3 scripts/ort_matrix.py --oldest           # the oldest minor only (CI: its test step runs the newest)
-    python3 scripts/ort_matrix.py --oldest --no-isa-reruns   # (CI) less the per-ISA kernel reruns (-m 'not isa_rerun')
+    python3 scripts/ort_matrix.py --oldest --no-isa-reruns --no-bench-tests   # (CI) less the per-ISA kernel reruns
+                                                     # and the benchmark's modes (the test step runs both)
     python3 scripts/ort_matrix.py --ends --ep-floor  # and 1.24, the first minor with the plugin EP
     python3 scripts/ort_matrix.py --wheel dist/onnx_pools-*.whl --out DIR --keep -- -x   # args after -- go to pytest
     python3 scripts/ort_matrix.py --headers 1.21,1.23 1.21 1.32   # one wheel per header version, each against
@@ -266,6 +267,7 @@ def run_version(version, args, wheel, lib_sha, suite, out, headers="found"):
                 f"--junitxml={junit}",
                 "tests",
                 *(["-m", "not isa_rerun"] if args.no_isa_reruns else []),
+                *(["-k", "not test_bench.py or test_cli_bench_subcommand"] if args.no_bench_tests else []),
                 *args.pytest_args,
             ]
             r = sh(cmd, cwd=suite)
@@ -321,6 +323,12 @@ def main(argv=None):
     ap.add_argument("--list", action="store_true", help="print the versions that would be tested and exit")
     ap.add_argument("--ends", action="store_true", help="only the oldest and the newest of those minors")
     ap.add_argument("--oldest", action="store_true", help="only the oldest of those minors")
+    ap.add_argument(
+        "--no-bench-tests",
+        action="store_true",
+        help="leave out tests/test_bench.py, the benchmark's modes, but for its command-line test (CI: its test step "
+        "runs them)",
+    )
     ap.add_argument(
         "--no-isa-reruns",
         action="store_true",
