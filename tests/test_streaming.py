@@ -238,6 +238,9 @@ QL_SHAPES = [
     ("NHWC", [1, 64 * 1500 + 5, 3], {"kernel_shape": [64], "strides": [64], "pads": [3, 0], "channels_last": 1}),
     ("NCHW", [2, 2, 40 * 1000], {"kernel_shape": [40], "strides": [40]}),
     ("NHWC", [1, 2, 3, 200, 4], {"kernel_shape": [1, 2, 20], "strides": [1, 1, 20], "channels_last": 1}),
+    # one window holding the whole plane (qlinear_pool.h whole_plane_window: the plane's sum), with pads too
+    ("NCHW", [2, 5, 7, 7], {"kernel_shape": [7, 7]}),
+    ("NCHW", [1, 3, 6, 5], {"kernel_shape": [8, 7], "pads": [1, 1, 1, 1]}),
 ]
 
 
