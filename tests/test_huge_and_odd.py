@@ -413,15 +413,20 @@ def _fill(x, seed):
     return period
 
 
-def _periodic_sums(period64, start, stop):
-    """(sum, sum of squares) in float64 of period64[i % PERIOD] over flat positions start <= i < stop."""
-    prefix = np.concatenate([[0.0], np.cumsum(period64)])
-    prefix_sq = np.concatenate([[0.0], np.cumsum(np.square(period64))])
+def _prefix_sums(period64):
+    """(prefix sums, prefix sums of squares) of the period, each with a leading 0: what _periodic_sums reads."""
+    return np.concatenate([[0.0], np.cumsum(period64)]), np.concatenate([[0.0], np.cumsum(np.square(period64))])
+
+
+def _periodic_sums(prefixes, start, stop):
+    """(sum, sum of squares) in float64 of period[i % PERIOD] over flat positions start <= i < stop, from
+    _prefix_sums(period)."""
 
     def upto(i, pre):  # the sum over positions [0, i)
         whole, rest = divmod(i, PERIOD)
         return whole * pre[-1] + pre[rest]
 
+    prefix, prefix_sq = prefixes
     return upto(stop, prefix) - upto(start, prefix), upto(stop, prefix_sq) - upto(start, prefix_sq)
 
 
@@ -449,10 +454,11 @@ def test_huge_float16_global_pools():
     _log(f"input {x.shape} float16, {x.nbytes / 2**30:.2f} GiB", t0)
     # reference in float64: the periodic part from the period's prefix sums, the overwritten ends element by element
     period64 = period.astype(np.float64)
+    prefixes = _prefix_sums(period64)
     sums, sq, mx = np.zeros(2), np.zeros(2), np.zeros(2)
     for c in range(2):
         head = 1 if c == 1 else 0  # x[1, 0, 0] was overwritten
-        s, q = _periodic_sums(period64, c * size + head, (c + 1) * size - tail)
+        s, q = _periodic_sums(prefixes, c * size + head, (c + 1) * size - tail)
         ends = np.concatenate([x[c, 0, :head], x[c, 0, -tail:]]).astype(np.float64)
         sums[c] = s + ends.sum()
         sq[c] = q + np.square(ends).sum()
