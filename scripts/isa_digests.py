@@ -89,6 +89,24 @@ def cases():
                     else (0.0371, int(rng.integers(lo, hi)), 0.0297, int(rng.integers(lo, hi)))
                 )
                 out.append((f"QLinear {qt} nchw 2d k3 pad1 w40 equal={equal} cip={cip}", "QLinearAveragePool", q, x, a))
+    # one window over each whole unit (a quantized head; ORT's global-average rule at ties without pads), with
+    # equal scales and an odd zero point too (ties on the even-count windows); their own generator
+    rng = np.random.default_rng(16)
+    for qt, lo, hi in (("uint8", 0, 256), ("int8", -128, 128)):
+        for layout in ("nchw", "nhwc"):
+            for tag, shape, attrs in (
+                ("whole 7x7", [2, 70, 7, 7], {"kernel_shape": [7, 7]}),
+                ("whole 4x6", [1, 40, 4, 6], {"kernel_shape": [4, 6]}),
+                ("whole pad1", [1, 9, 6, 5], {"kernel_shape": [8, 7], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+            ):
+                for equal in (0, 1):
+                    s = list(shape)
+                    if layout == "nhwc":
+                        s = [s[0]] + s[2:] + [s[1]]
+                    x = rng.integers(lo, hi, s).astype(qt)
+                    a = dict(attrs, channels_last=int(layout == "nhwc"))
+                    q = (0.05, lo + 101, 0.05, lo + 101) if equal else (0.0371, lo + 77, 0.0297, lo + 130)
+                    out.append((f"QLinear {qt} {layout} {tag} equal={equal}", "QLinearAveragePool", q, x, a))
     return out
 
 

@@ -238,9 +238,19 @@ QL_SHAPES = [
     ("NHWC", [1, 64 * 1500 + 5, 3], {"kernel_shape": [64], "strides": [64], "pads": [3, 0], "channels_last": 1}),
     ("NCHW", [2, 2, 40 * 1000], {"kernel_shape": [40], "strides": [40]}),
     ("NHWC", [1, 2, 3, 200, 4], {"kernel_shape": [1, 2, 20], "strides": [1, 1, 20], "channels_last": 1}),
-    # one window holding the whole plane (qlinear_pool.h whole_plane_window: the plane's sum), with pads too
+    # one window holding the whole unit (whole_window.h): NCHW planes summed at once (vector steps and every tail
+    # length), NHWC channel sums (rows of several positions and a remainder; int16 lanes folded over many rows;
+    # more channels than a requantisation block), with pads, 3-D
     ("NCHW", [2, 5, 7, 7], {"kernel_shape": [7, 7]}),
     ("NCHW", [1, 3, 6, 5], {"kernel_shape": [8, 7], "pads": [1, 1, 1, 1]}),
+    ("NCHW", [1, 3, 9, 13], {"kernel_shape": [9, 13]}),
+    ("NCHW", [1, 2, 3, 4, 50], {"kernel_shape": [3, 4, 50]}),
+    ("NHWC", [2, 7, 7, 40], {"kernel_shape": [7, 7], "channels_last": 1}),
+    ("NHWC", [1, 6, 5, 3], {"kernel_shape": [8, 7], "pads": [1, 1, 1, 1], "channels_last": 1}),
+    ("NHWC", [1, 16, 20, 5], {"kernel_shape": [16, 20], "channels_last": 1}),
+    ("NHWC", [1, 40, 40, 64], {"kernel_shape": [40, 40], "channels_last": 1}),
+    ("NHWC", [1, 2, 2, 4100], {"kernel_shape": [2, 2], "channels_last": 1}),
+    ("NHWC", [1, 2, 3, 4, 6], {"kernel_shape": [2, 3, 4], "channels_last": 1}),
 ]
 
 

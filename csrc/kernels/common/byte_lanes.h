@@ -10,6 +10,8 @@
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #include "kernels/common/per_isa.h"
@@ -201,6 +203,60 @@ struct ByteLanes {
     std::memcpy(out, &b, sizeof b);
 #endif
   }
+  // The sum of n values from p. On x86 by sums of absolute differences from 0 (psadbw: 8 bytes into one 64-bit
+  // lane, no widening and no overflow), int8 values biased by 128 into bytes first and the bias taken off at the
+  // end; elsewhere in blocks of 2^16 values, whose sums fit 32 bits.
+  static int64_t sum(const Q* p, int64_t n) {
+    constexpr int kBias = std::is_signed_v<Q> ? 128 : 0;
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(p);
+    int64_t i = 0, total = 0;
+#if defined(__AVX512BW__)
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(kBias)), zero = _mm512_setzero_si512();
+    __m512i acc = zero;
+    for (; i + 64 <= n; i += 64) {
+      acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512(b + i), bias), zero));
+    }
+    if (i < n) {  // the last bytes by a masked load, the lanes past n zeroed after the bias
+      const __mmask64 rest = ~0ULL >> (64 - (n - i));
+      const __m512i tail = _mm512_maskz_mov_epi8(rest, _mm512_xor_si512(_mm512_maskz_loadu_epi8(rest, b + i), bias));
+      acc = _mm512_add_epi64(acc, _mm512_sad_epu8(tail, zero));
+      i = n;
+    }
+    int64_t lanes[8];  // stored and added (GCC 12's reduction intrinsic warns of an undefined source)
+    _mm512_storeu_si512(lanes, acc);
+    for (int64_t lane : lanes) total += lane;
+#elif defined(__SSE2__)
+    __m128i acc = _mm_setzero_si128();
+    const __m128i bias = _mm_set1_epi8(static_cast<char>(kBias)), zero = _mm_setzero_si128();
+#if defined(__AVX2__)
+    const __m256i bias2 = _mm256_set1_epi8(static_cast<char>(kBias)), zero2 = _mm256_setzero_si256();
+    __m256i acc2 = zero2;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)), bias2);
+      acc2 = _mm256_add_epi64(acc2, _mm256_sad_epu8(v, zero2));
+    }
+    acc = _mm_add_epi64(_mm256_castsi256_si128(acc2), _mm256_extracti128_si256(acc2, 1));
+#endif
+    for (; i + 16 <= n; i += 16) {
+      const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)), bias);
+      acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
+    }
+    if (i + 8 <= n) {  // the upper 8 bytes of the load zero, the bias only on the lower
+      const __m128i v = _mm_xor_si128(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + i)), bias);
+      acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_move_epi64(v), zero));
+      i += 8;
+    }
+    total = _mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc));
+#endif
+    while (i < n) {
+      const int64_t end = i + ((n - i) < (1 << 16) ? (n - i) : (1 << 16));
+      uint32_t block = 0;
+      for (; i < end; ++i) block += static_cast<uint32_t>(b[i] ^ kBias);
+      total += block;
+    }
+    return total - int64_t{kBias} * n;
+  }
+
   template <class B>
   static void narrow(Ints a, Ints b, Ints c, Ints d, B* out) {
 #if defined(__AVX2__) || defined(__SSE2__)

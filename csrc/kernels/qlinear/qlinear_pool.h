@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "kernels/qlinear/requantise.h"
 #include "kernels/qlinear/rows3x3.h"
+#include "kernels/qlinear/whole_window.h"
 #include "kernels/qlinear/windows.h"
 
 namespace onnx_pools {
@@ -126,8 +127,8 @@ inline bool summed_area_planes(const PoolGeometry& g, int64_t channels) {
          g.axes[1].dilation == 1;
 }
 
-// a[block, total) = a[0, block) repeated: copies of a doubling prefix, so a short block (one value per plane for a
-// whole-plane window) takes a few copies, not one per repeat.
+// a[block, total) = a[0, block) repeated: copies of a doubling prefix, so a short block (one plane's few outputs)
+// takes a few copies, not one per repeat.
 template <class T>
 void repeat_prefix(T* a, int64_t block, int64_t total) {
   for (int64_t done = block; done < total;) {
@@ -136,32 +137,6 @@ void repeat_prefix(T* a, int64_t block, int64_t total) {
     done += n;
   }
 }
-
-// Whether the summed-area planes' only window holds every element of the plane (a kernel covering the whole plane,
-// e.g. 7x7 over 7x7: a quantized CNN's head): its sum is then the plane's, one vectorised pass.
-inline bool whole_plane_window(const PoolGeometry& g) {
-  if (g.out_size != 1) return false;
-  for (const AxisGeometry& a : g.axes)
-    if (a.dilation != 1 || a.valid_count(0) != a.in) return false;
-  return true;
-}
-
-// The sum of n values of x, as I (the window's sum: it fits I). Blocks of 2^16 values sum in 32 bits (a vector
-// loop), the blocks in 64.
-template <class Q, class I>
-I plane_sum(const Q* x, int64_t n) {
-  int64_t sum = 0;
-  for (int64_t begin = 0; begin < n; begin += 1 << 16) {
-    const int64_t end = min_of<int64_t>(n, begin + (1 << 16));
-    int32_t block = 0;
-    for (int64_t i = begin; i < end; ++i) block += x[i];
-    sum += block;
-  }
-  return static_cast<I>(sum);
-}
-
-// Output values requantised per pass: many vector steps, while the pass's sums, scales and marks stay in L1.
-constexpr int64_t kRequantiseBlock = 4096;
 
 // Whole-unit pools (any rank; NCHW planes that fit in cache, NHWC images of rank 3): window sums of a step of
 // units by the separable passes (or summed areas), then requantised in blocks of output rows. Built once per call.
@@ -181,7 +156,6 @@ class QLinearPlan {
         rows_(g.out_size / out_last_),
         // summed-area sums of several short-rowed planes per step: long stretches to requantise (2x2 over 7x7)
         direct_(summed_area_planes(g, channels)),
-        whole_(direct_ && whole_plane_window(g)),
         flat_(channels == 1 && !direct_ && flat_plane_sums_apply(g)),
         step_units_(direct_ ? max_of<int64_t>(1, min_of<int64_t>(units, kRequantiseBlock / g.out_size)) : 1),
         // rows of the same element counts requantised as one block of up to ~kRequantiseBlock values (one row is
@@ -250,10 +224,6 @@ class QLinearPlan {
 
   // The window sums of n_units units from xu: [unit][output position][channel].
   const I* window_sums_of(const Q* xu, int64_t n_units) {
-    if (whole_) {
-      for (int64_t k = 0; k < n_units; ++k) step_sums_[k] = plane_sum<Q, I>(xu + k * g_.in_size, g_.in_size);
-      return step_sums_;
-    }
     if (direct_) {
       I* direct_scratch = step_sums_ + step_units_ * g_.out_size;
       for (int64_t k = 0; k < n_units; ++k) {
@@ -298,7 +268,6 @@ class QLinearPlan {
   const int64_t row_size_;    // values of one output row
   const int64_t rows_;        // output rows of one unit
   const bool direct_;         // summed-area sums (summed_area_planes)
-  const bool whole_;          // of one window holding the whole plane (whole_plane_window)
   const bool flat_;           // flat passes over each plane (flat_plane_sums)
   const int64_t step_units_;  // units whose sums are taken per step
   const int64_t block_rows_;  // output rows requantised per pass, at most
@@ -329,13 +298,16 @@ void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const
     pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     return;
   }
-  // NCHW planes that fit in cache take QLinearPlan's whole-plane passes (longer loops than rows), small ones its
-  // summed-area path; larger planes and NHWC images are streamed.
+  // One window over each whole unit: its sums at once; otherwise NCHW planes that fit in cache take QLinearPlan's
+  // whole-plane passes (longer loops than rows), small ones its summed-area path; larger planes and NHWC images
+  // are streamed.
   const bool streamed =
       g.axes.size() <= 2 && !summed_area_planes(g, channels) && !(channels == 1 && g.in_size <= kWholePlaneLimit);
   auto run = [&](auto sum_type) {  // the integer type of the window sums
     using I = decltype(sum_type);
-    if (streamed) {
+    if (whole_unit_window(g)) {
+      QLinearWholeWindow<Q, I>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    } else if (streamed) {
       QLinearStreamPlan<Q, I>(g, q, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
     } else {
       QLinearPlan<Q, I>(g, q, units, channels).run(static_cast<const Q*>(x), static_cast<Q*>(y), units);

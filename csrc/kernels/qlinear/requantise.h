@@ -157,6 +157,9 @@ struct RequantiseLanes : ByteLanes<Q> {
 // Window sums of up to this many elements fit int16 (128 x 255 = 32640): half the bytes of int32, and float lanes.
 constexpr int64_t kShortSumKernel = 128;
 
+// Output values requantised per pass: many vector steps, while the pass's sums, scales and marks stay in L1.
+constexpr int64_t kRequantiseBlock = 4096;
+
 // Whether each value of a stretch has its own zero_sum and scale, or the stretch shares one pair; whether the float
 // pass marks the values near a tie, or skips the marks (none can occur).
 enum class Pattern { PerValue, Uniform };
