@@ -238,6 +238,11 @@ QL_SHAPES = [
     ("NHWC", [1, 64 * 1500 + 5, 3], {"kernel_shape": [64], "strides": [64], "pads": [3, 0], "channels_last": 1}),
     ("NCHW", [2, 2, 40 * 1000], {"kernel_shape": [40], "strides": [40]}),
     ("NHWC", [1, 2, 3, 200, 4], {"kernel_shape": [1, 2, 20], "strides": [1, 1, 20], "channels_last": 1}),
+    # rows that chain (windows.h window_sum_axis: an NCHW plane's rows as one row): stride 2, a stride longer
+    # than the kernel, 3-D with a stride of 3
+    ("NCHW", [1, 3, 12, 40], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("NCHW", [1, 2, 10, 54], {"kernel_shape": [2, 2], "strides": [3, 3]}),
+    ("NCHW", [1, 2, 4, 8, 24], {"kernel_shape": [2, 4, 3], "strides": [2, 4, 3]}),
     # one window holding the whole unit (whole_window.h): NCHW planes summed at once (vector steps and every tail
     # length), NHWC channel sums (rows of several positions and a remainder; int16 lanes folded over many rows;
     # more channels than a requantisation block), with pads, 3-D

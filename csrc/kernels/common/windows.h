@@ -29,6 +29,18 @@ bool wide_steps(int64_t step, int64_t kernel) {
 template <class S, class A>
 void window_sum_axis(const S* src, A* dst, int64_t outer, int64_t inner, const AxisGeometry& g) {
   const int64_t length = g.in, out = g.out, stride = g.stride;
+  if (inner == 1 && outer > 1 && g.pad_begin == 0 && length == out * stride &&
+      (out - 1) * stride + (g.kernel - 1) * g.dilation < length) {
+    // Rows that chain (each row's windows inside it, the next row's first window a stride after its last): the
+    // rows as one long row, the same windows and terms in the same order (rows of 28 windows, as 2x2 stride 2
+    // takes over 56 columns, are shorter than the vectorised loop wants).
+    AxisGeometry chained = g;
+    chained.in = outer * length;
+    chained.out = outer * out;
+    chained.pad_end = 0;
+    window_sum_axis(src, dst, 1, 1, chained);
+    return;
+  }
   if (g.kernel > length || wide_steps<S>(stride * inner, g.kernel)) {
     // A window at a time, its in-bounds terms in k order (the same sums as the passes per k below): for a kernel
     // longer than the axis (huge kernels with matching pads) the work stays bounded by the input, not by the
@@ -60,6 +72,8 @@ void window_sum_axis(const S* src, A* dst, int64_t outer, int64_t inner, const A
       if (inner == 1) {
         if (stride == 1) {
           for (int64_t j = j_lo; j < j_hi; ++j) d[j] += static_cast<A>(s[j + offset]);
+        } else if (stride == 2) {  // a constant stride vectorises by shuffles, a variable one by single loads
+          for (int64_t j = j_lo; j < j_hi; ++j) d[j] += static_cast<A>(s[j * 2 + offset]);
         } else {
           for (int64_t j = j_lo; j < j_hi; ++j) d[j] += static_cast<A>(s[j * stride + offset]);
         }
