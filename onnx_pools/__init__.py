@@ -69,9 +69,14 @@ _ENTRY_POINTS: dict[str, tuple[Any, list[Any]]] = {
     "onnx_pools_isa": (_C, []),
     "onnx_pools_config_key": (_C, [_C]),
     "onnx_pools_op_taken_by_default": (_I, [_I]),
+    "onnx_pools_ort_runs_float16_natively": (_I, []),
 }
 # Entry points a build of the library may lack: builds that predate them (e.g. one timed by bench --baseline).
-_LATER_ENTRY_POINTS = ("onnx_pools_config_key", "onnx_pools_op_taken_by_default")
+_LATER_ENTRY_POINTS = (
+    "onnx_pools_config_key",
+    "onnx_pools_op_taken_by_default",
+    "onnx_pools_ort_runs_float16_natively",
+)
 
 
 def _library() -> ctypes.CDLL:
@@ -332,19 +337,12 @@ def _nhwc_fp16_choice(
 
 
 def _fp16_vector_cpu() -> bool:
-    """aarch64 with FP16 vector arithmetic (HWCAP_ASIMDHP), the CPUs on which ORT registers its float16 kernels."""
-    import platform
-
-    if platform.machine().lower() not in ("aarch64", "arm64"):
+    """aarch64 with FP16 vector arithmetic (HWCAP_ASIMDHP), the CPUs on which ORT registers its float16 kernels: the
+    library's own test (onnx_pools_ort_runs_float16_natively), so that its default types and this loader agree."""
+    lib = _library()
+    if not hasattr(lib, "onnx_pools_ort_runs_float16_natively"):  # a build that predates it (bench --baseline)
         return False
-    try:
-        getauxval = ctypes.CDLL(None).getauxval
-    except (OSError, AttributeError):
-        return False
-    getauxval.restype = ctypes.c_ulong
-    getauxval.argtypes = [ctypes.c_ulong]
-    at_hwcap, hwcap_asimdhp = 16, 1 << 10
-    return bool(getauxval(at_hwcap) & hwcap_asimdhp)
+    return bool(lib.onnx_pools_ort_runs_float16_natively())
 
 
 def _disable_optimizer(so: onnxruntime.SessionOptions, name: str) -> None:

@@ -368,6 +368,9 @@ ONNX_POOLS_EXPORT int onnx_pools_op_takes_type(int i, int j) {
   return j >= 0 && j < onnx_pools_type_count() &&
          op_table().at(static_cast<size_t>(i)).types == kElementTypes[j].family;
 }
+// Whether the default types take float16 on this CPU whatever ORT's version (ort_runs_float16_natively): the one
+// test, for the Python loader's choices too.
+ONNX_POOLS_EXPORT int onnx_pools_ort_runs_float16_natively() { return ort_runs_float16_natively() ? 1 : 0; }
 ONNX_POOLS_EXPORT uint64_t onnx_pools_call_count(int i) {
   op_table().at(static_cast<size_t>(i));  // the same range check as the names
   return call_counters()[i].load();
