@@ -77,6 +77,10 @@ struct ByteLanes {
 #if defined(__AVX2__)
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return Shorts(std::is_signed_v<Q> ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
+#elif defined(__SSE2__)  // GCC's generic conversion loads and shuffles each half twice
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return Shorts(std::is_signed_v<Q> ? _mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8)
+                                      : _mm_unpacklo_epi8(b, _mm_setzero_si128()));
 #else
     WideBytes b;
     std::memcpy(&b, p, sizeof b);

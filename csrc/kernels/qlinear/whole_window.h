@@ -5,12 +5,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
-#include <utility>
-#if defined(__AVX2__)
+#if defined(__AVX512BW__)
 #include <immintrin.h>
-#elif defined(__SSE2__)
-#include <emmintrin.h>
 #endif
 
 #include "kernels/common/byte_lanes.h"
@@ -18,6 +16,7 @@
 #include "kernels/common/scratch.h"
 #include "kernels/common/simd.h"
 #include "kernels/common/window_geometry.h"
+#include "kernels/common/windows.h"
 #include "kernels/kernels.h"
 #include "kernels/qlinear/requantise.h"
 
@@ -36,58 +35,26 @@ inline bool whole_unit_window(const PoolGeometry& g) {
 // Lanes of channel_sums' int16 scratch for `channels` channels: rows of whole positions, a multiple of the 32
 // lanes add_rows_into takes at once where that row stays short, else at least 64 values.
 inline int64_t channel_lanes(int64_t channels) {
-  int64_t a = channels, b = 32;
-  while (b != 0) a = std::exchange(b, a % b);
-  const int64_t common = channels / a * 32;  // lcm(channels, 32)
+  const int64_t common = std::lcm(channels, int64_t{32});
   return common <= 512 ? common : channels * max_of<int64_t>(1, (64 + channels - 1) / channels);
 }
 
-// Vectors of int16 lanes as wide as the instruction set's registers, and kLanes bytes loaded into one, widened.
+// Vectors of int16 lanes and kLanes bytes loaded into one, widened: ByteLanes' Shorts, but for AVX-512, whose
+// ByteLanes keep AVX2's width, a whole register of 32.
 template <class Q>
 struct ShortLanes {
 #if defined(__AVX512BW__)
   static constexpr int kLanes = 32;
-#elif defined(__AVX2__)
-  static constexpr int kLanes = 16;
-#else
-  static constexpr int kLanes = 8;
-#endif
   typedef int16_t Shorts __attribute__((vector_size(kLanes * 2)));
   static Shorts widened(const Q* p) {
-#if defined(__AVX512BW__)
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return Shorts(std::is_signed_v<Q> ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b));
-#elif defined(__AVX2__)
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return Shorts(std::is_signed_v<Q> ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b));
-#elif defined(__SSE2__)  // GCC's generic conversion loads and shuffles each half twice
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    return Shorts(std::is_signed_v<Q> ? _mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8)
-                                      : _mm_unpacklo_epi8(b, _mm_setzero_si128()));
-#else
-    typedef Q Bytes __attribute__((vector_size(kLanes)));
-    Bytes b;
-    std::memcpy(&b, p, sizeof b);
-    return __builtin_convertvector(b, Shorts);
-#endif
   }
-  // 4 x kLanes bytes from p widened and added into a[0..3] (SSE2: 16 bytes a load, unpacked low and high).
-  static void add_four(const Q* p, Shorts a[4]) {
-#if defined(__SSE2__) && !defined(__AVX2__)
-    for (int v = 0; v < 4; v += 2) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + v * kLanes));
-      if constexpr (std::is_signed_v<Q>) {
-        a[v] += Shorts(_mm_srai_epi16(_mm_unpacklo_epi8(b, b), 8));
-        a[v + 1] += Shorts(_mm_srai_epi16(_mm_unpackhi_epi8(b, b), 8));
-      } else {
-        a[v] += Shorts(_mm_unpacklo_epi8(b, _mm_setzero_si128()));
-        a[v + 1] += Shorts(_mm_unpackhi_epi8(b, _mm_setzero_si128()));
-      }
-    }
 #else
-    for (int v = 0; v < 4; ++v) a[v] += widened(p + v * kLanes);
+  static constexpr int kLanes = 2 * ByteLanes<Q>::kLength;
+  using Shorts = typename ByteLanes<Q>::Shorts;
+  static Shorts widened(const Q* p) { return ByteLanes<Q>::widened_shorts(p); }
 #endif
-  }
 };
 
 // Rows add_rows_into adds per pass over a row's columns: enough to amortise loading and storing the lanes, few
@@ -106,20 +73,29 @@ void add_rows_into(const Q* x, int64_t rows, int64_t width, int16_t* lanes) {
     const Q* xp = x + first * width;
     const int64_t n = min_of(kRowsPerPass, rows - first);
     int64_t j = 0;
+    auto load = [&](int64_t at) {
+      Shorts v;
+      std::memcpy(&v, lanes + at, sizeof v);
+      return v;
+    };
+    auto store = [&](int64_t at, Shorts v) { std::memcpy(lanes + at, &v, sizeof v); };
     for (; j + 4 * kLanes <= width; j += 4 * kLanes) {
-      Shorts a[4];
-      std::memcpy(a, lanes + j, sizeof a);
+      // four named accumulators: an array of them GCC keeps on the stack in the AVX2 build, a store and a reload
+      // per row
+      Shorts a0 = load(j), a1 = load(j + kLanes), a2 = load(j + 2 * kLanes), a3 = load(j + 3 * kLanes);
       for (int64_t r = 0; r < n; ++r) {
         const Q* p = xp + r * width + j;
-        L::add_four(p, a);
+        a0 += L::widened(p);
+        a1 += L::widened(p + kLanes);
+        a2 += L::widened(p + 2 * kLanes);
+        a3 += L::widened(p + 3 * kLanes);
       }
-      std::memcpy(lanes + j, a, sizeof a);
+      store(j, a0), store(j + kLanes, a1), store(j + 2 * kLanes, a2), store(j + 3 * kLanes, a3);
     }
     for (; j + kLanes <= width; j += kLanes) {
-      Shorts a;
-      std::memcpy(&a, lanes + j, sizeof a);
+      Shorts a = load(j);
       for (int64_t r = 0; r < n; ++r) a += L::widened(xp + r * width + j);
-      std::memcpy(lanes + j, &a, sizeof a);
+      store(j, a);
     }
     for (; j < width; ++j) {
       int16_t sum = lanes[j];
@@ -150,16 +126,6 @@ void channel_sums(const Q* x, int64_t positions, int64_t channels, int16_t* lane
   fill(lanes, channels, int16_t{0});
   add_rows_into(x + rows * width, rest, channels, lanes);
   fold(1);
-}
-
-// ORT's output (as ort_output) of channel c of a whole-unit window: its elements in storage order are the window's
-// in row-major order.
-template <class Q>
-int32_t ort_whole_window_output(const Q* x_unit, int64_t positions, int64_t channels, int64_t c, const QLinearParams& q,
-                                int64_t kernel_size) {
-  float sum = 0;
-  for (int64_t p = 0; p < positions; ++p) sum += ort_dequantised(x_unit[p * channels + c], q);
-  return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, q.count_include_pad ? kernel_size : positions, q)));
 }
 
 // Whether ORT takes its global-average path for this pool (a kernel the unit's shape and no pads): MLAS's integer
@@ -220,8 +186,7 @@ class QLinearWholeWindow {
           requantiser_, sums_, 1, values, mark_, yu, [&](int64_t) { return g_.in_size; },
           [&](int64_t, int64_t e) {
             if (ort_global_) return ort_global_output<Q>(static_cast<int64_t>(sums_[e]), g_.in_size, q_);
-            return ort_whole_window_output(xu + (e / channels_) * unit_values, g_.in_size, channels_, e % channels_, q_,
-                                           g_.kernel_size);
+            return ort_output(xu + (e / channels_) * unit_values, g_, channels_, e % channels_, 0, q_, index_);
           });
     }
   }
@@ -230,6 +195,7 @@ class QLinearWholeWindow {
   // Points the arrays into the scratch at base (nullptr: nowhere). Returns the bytes they take.
   size_t layout(char* base) {
     Carve c{base};
+    index_ = c.take<int64_t>(static_cast<int64_t>(kVisitScratch * g_.axes.size()));
     sums_ = c.take<I>(step_units_ * channels_);
     lanes_ = c.take<int16_t>(channels_ == 1 ? 0 : channel_lanes(channels_));
     mark_ = c.take<uint8_t>(step_units_ * channels_);
@@ -243,6 +209,7 @@ class QLinearWholeWindow {
   const bool ort_global_;     // ORT's output by ort_global_output (ort_global_average)
   const int64_t step_units_;  // units whose sums are requantised per pass
   ScratchBuffer memory_;
+  int64_t* index_ = nullptr;  // visit_window's scratch (ort_output)
   I* sums_ = nullptr;         // the sums of a step: [unit][channel]
   int16_t* lanes_ = nullptr;  // channel_sums' scratch
   uint8_t* mark_ = nullptr;   // marks of a step (see Requantiser::run)
