@@ -4,7 +4,7 @@ avx2 and avx512 builds; portable takes the flat passes of QLinearPlan, checked h
 back, the blocks of rows whose middle steps run across the rows (2 to 62 rows with both neighbours: one block,
 several and a last row alone), the middle's 16-lane float pass of the avx512 build and its marked steps, and the
 rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) settled as ORT does, and
-without count_include_pad the first and last value of every row redone down the rows (plane_edge_columns: a last
+with or without count_include_pad the first and last value of every row redone down the rows (plane_edge_columns: a last
 vector of rows reaching past the plane, or ending at it; by ShortRules for the windows of 4 and 6 elements where both
 have one, else by the float pass, or by ORT's value with equal scales). Checked against the float64 reference away
 from ties and against stock ORT (identical: the ties are ORT's own float sequence), on every ISA path."""
@@ -25,7 +25,7 @@ SHAPES = [(1, 1, 3, 32), (2, 3, 4, 33), (1, 2, 23, 57), (1, 1, 9, 130), (1, 1, 6
 # taking ORT's value for every edge output (Ties::Rare, not OrtOnly); equal scales with the zero points at the
 # range's ends: the 9-element windows' whole values (Ties::Whole, by a ShortRule) saturated at Q's lowest; 0.02 /
 # 0.015 (4/3): distinct scales whose 9-element windows (and with count_include_pad every window) take a ShortRule too,
-# and without it the edge windows of 4 and 6 elements too (plane_edge_columns' ShortRules; with the zero points at
+# and the edge windows of 4 and 6 elements too (plane_edge_columns' ShortRules; with the zero points at
 # the range's ends saturating), where 0.09 / 0.02 has none (plane_edge_columns' float pass)
 SCALES = [
     (0.02, 0.015, "random"),

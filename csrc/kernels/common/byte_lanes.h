@@ -1,6 +1,7 @@
 // Lanes of bytes (int8 or uint8) widened to int16 and int32 and narrowed back, on GCC's vector extensions, with the
 // conversions GCC's generic code does lane by lane on x86-64 done by the instruction that does them at once. 8
-// lanes of int32 with AVX2 (the AVX-512 build too: the same, tested, code), 4 otherwise (SSE2, NEON).
+// lanes of int32 with AVX2 (the AVX-512 build too: the same, tested, code), 4 otherwise (SSE2, NEON); the AVX-512
+// build adds twice as wide vectors (Wide*) for the loops that step 32 values at a time.
 // A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 #include <cstdint>
@@ -159,6 +160,49 @@ struct ByteLanes {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_maskz_cvtepi32_epi8(~0, __m512i(b)));
   }
   static bool any(WideInts m) { return _mm512_test_epi32_mask(__m512i(m), __m512i(m)) != 0; }
+  // Whole values beyond Q's range narrowed to bytes saturated, 16 + 16 of them (uint8: negatives to 0 first, as
+  // the unsigned narrowing reads its lanes unsigned)
+  static void narrow_wide_saturated(WideInts a, WideInts b, Q* out) {
+    if constexpr (std::is_signed_v<Q>) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtsepi32_epi8(~0, __m512i(a)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_maskz_cvtsepi32_epi8(~0, __m512i(b)));
+    } else {
+      const __m512i zero = _mm512_setzero_si512();
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                       _mm512_maskz_cvtusepi32_epi8(~0, _mm512_maskz_max_epi32(~0, __m512i(a), zero)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16),
+                       _mm512_maskz_cvtusepi32_epi8(~0, _mm512_maskz_max_epi32(~0, __m512i(b), zero)));
+    }
+  }
+
+  // 32 lanes of int16: twice the Shorts at one instruction each where a loop's step is 32 values
+  typedef int16_t WideShorts __attribute__((vector_size(64)));
+  typedef WideShorts WideShortsAt __attribute__((aligned(1), may_alias));
+  static constexpr int kWideShorts = 32;
+  static WideShorts wide_shorts_at(const int16_t* p) { return *reinterpret_cast<const WideShortsAt*>(p); }
+  static void store(int16_t* p, WideShorts v) { *reinterpret_cast<WideShortsAt*>(p) = v; }
+  static WideShorts widened_wide_shorts(const Q* p) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return WideShorts(std::is_signed_v<Q> ? _mm512_maskz_cvtepi8_epi16(~0, b) : _mm512_maskz_cvtepu8_epi16(~0, b));
+  }
+  // The lower and upper 16 lanes of s, sign-extended.
+  static WideInts low_wide_ints(WideShorts s) {
+    return WideInts(_mm512_maskz_cvtepi16_epi32(~0, _mm512_maskz_extracti64x4_epi64(~0, __m512i(s), 0)));
+  }
+  static WideInts high_wide_ints(WideShorts s) {
+    return WideInts(_mm512_maskz_cvtepi16_epi32(~0, _mm512_maskz_extracti64x4_epi64(~0, __m512i(s), 1)));
+  }
+  // The high halves of the unsigned products of the lanes of a by m.
+  static WideShorts high_product(WideShorts a, uint16_t m) {
+    return WideShorts(_mm512_mulhi_epu16(__m512i(a), _mm512_set1_epi16(static_cast<int16_t>(m))));
+  }
+  // 32 lanes narrowed to bytes, saturated to Q's range.
+  static void narrow_shorts(WideShorts v, Q* out) {
+    const __m256i bytes = std::is_signed_v<Q> ? _mm512_maskz_cvtsepi16_epi8(~0, __m512i(v))
+                                              : _mm512_maskz_cvtusepi16_epi8(
+                                                    ~0, _mm512_maskz_max_epi16(~0, __m512i(v), _mm512_setzero_si512()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+  }
 #endif
 
   // value clamped to Q's range (never NaN), by maxps / minps where there are (GCC's selects blend);

@@ -3,6 +3,8 @@
 // plane, C in an image), so one row kernel serves both. Per row: the three input rows summed vertically (int16,
 // less x_zero_point per element so that pads add 0), then each window adds the column sums at i - d, i and i + d,
 // requantised by the float pass (RequantiseLanes::requantised) and its marks settled by the rule of requantise.h.
+// The AVX-512 build takes a step's 32 values as one vector of int16 (column sums, window sums, ShortRules) and two of
+// 16 floats.
 // A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
@@ -158,7 +160,7 @@ class Rows3x3Pool {
         n_(w_ * channels),
         block_rows_(min_of<int64_t>(h_, kBlockValues / (n_ + d_))),
         stride_(n_ + 2 * d_),
-        plane_edges_(d_ == 1 && !q.count_include_pad),
+        plane_edges_(d_ == 1),
         memory_(layout(nullptr), ScratchFill::Zeroed) {
     layout(memory_.as<char>());
     const bool equal = requantiser_.marks_are_ties;
@@ -218,11 +220,11 @@ class Rows3x3Pool {
   }
 
  private:
-  // The windows of the first and last value of each row of a plane (d == 1, count_include_pad 0: windows of 6
-  // elements, 4 at the corners, which the rows' vectors took as the middle's), redone kLength rows at a time by the
-  // rule of the windows of two columns (edge_kind_): ORT's value, the exact value by ShortRules where both counts
-  // have one, or the float pass with its marks settled. The last two values of row k - 2 and the first two of row
-  // k - 1 lie together, 4 bytes read at once: seam k, each byte a lane's element (rows outside the plane:
+  // The windows of the first and last value of each row of a plane (d == 1: windows of 6 elements, 4 at the
+  // corners, which the rows' vectors took as the middle's, reaching into the next row), redone kLength rows at a time
+  // by the rule of the windows of two columns (edge_kind_): ORT's value, the exact value by ShortRules where both
+  // counts have one, or the float pass with its marks settled. The last two values of row k - 2 and the first two of
+  // row k - 1 lie together, 4 bytes read at once: seam k, each byte a lane's element (rows outside the plane:
   // x_zero_point, which adds 0 to both sums). Seams p .. p + 2 hold the windows of both the last value of row
   // p - 1 (bytes 0, 1: right) and the first of row p (bytes 2, 3: left), which lie together in y too: pair p, one
   // 2-byte store.
@@ -364,7 +366,8 @@ class Rows3x3Pool {
       sum += ort_dequantised(x[row * w_ + col], q_);
       sum += ort_dequantised(x[row * w_ + col + 1], q_);
     }
-    return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, 2 * (bottom - top + 1), q_)));
+    const int64_t count = q_.count_include_pad ? 9 : 2 * (bottom - top + 1);
+    return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q_)));
   }
 
   // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
@@ -458,11 +461,30 @@ class Rows3x3Pool {
       Q* out = base + i;
       Ints outs[4];
       if constexpr (kMiddle == Ties::Whole) {
+#if defined(__AVX512BW__)
+        return Lanes::narrow_shorts(whole(window_sums32(sums, i), rule), out);
+#else
         return Lanes::narrow_shorts(whole(window_sums16(sums, i), rule),
                                     whole(window_sums16(sums, i + 2 * kLength), rule), out);
+#endif
       } else if constexpr (kMiddle == Ties::OrtOnly) {
         for (int v = 0; v < 4; ++v) outs[v] = ort_values<kRows>(rows_f, i + v * kLength, count);
       } else {
+#if defined(__AVX512BW__)
+        if constexpr (kMiddle == Ties::None) {  // 16 lanes; no marks: the saturating narrowing clamps
+          using WideFloats = typename Lanes::WideFloats;
+          using WideInts = typename Lanes::WideInts;
+          const typename Lanes::WideShorts sums32 = window_sums32(sums, i);
+          const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
+          const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
+          const WideFloats zero = WideFloats{} + zero_point[0];
+          const WideInts out_a = Lanes::template rounded<WideInts>(
+              __builtin_convertvector(Lanes::low_wide_ints(sums32), WideFloats) * scale_a + zero);
+          const WideInts out_b = Lanes::template rounded<WideInts>(
+              __builtin_convertvector(Lanes::high_wide_ints(sums32), WideFloats) * scale_b + zero);
+          return Lanes::narrow_wide_saturated(out_a, out_b, out);
+        }
+#endif
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
 #if defined(__AVX512BW__)
         if constexpr (kMiddle != Ties::None) {  // 16 lanes; a step with marks is taken again below and settled
@@ -495,19 +517,24 @@ class Rows3x3Pool {
     };
     // Rows of a few vectors (NCHW planes): blocks of rows whose column sums lie d zeros apart, so that the middle's
     // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
-    // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns).
+    // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns). Where
+    // plane_edge_columns redoes the first and last value of every row, the rows lie together instead, as in x and
+    // y, and the steps store straight to y.
     const bool blocks = kRows == WindowRows::Both && kEdge == Ties::None && block_rows_ > 1 &&
                         (kMiddle == Ties::None || kMiddle == Ties::Whole) &&
                         (q_.count_include_pad || edge_columns_ || (kMiddle == Ties::None && block_scales_));
+    const int64_t gap = plane_edges_ ? 0 : d;
+    Q* const block_out = block_out_;
     for (; blocks && r + 1 < end; r += block_rows_) {
-      const int64_t rows = min_of(block_rows_, end - r), length = rows * (n + d) - d;
-      for (int64_t k = 0; k < rows; ++k) column_sums<kRows>(x + (r + k) * n, column_sums_ + d + k * (n + d));
+      const int64_t rows = min_of(block_rows_, end - r), length = rows * (n + gap) - gap;
+      for (int64_t k = 0; k < rows; ++k) column_sums<kRows>(x + (r + k) * n, column_sums_ + d + k * (n + gap));
       sums = column_sums_ + d;
+      Q* const out = gap == 0 ? y + r * n : block_out;
       auto steps = [&](auto per_value) {
-        for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), block_out_, per_value);
+        for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), out, per_value);
       };
       kMiddle == Ties::None&& block_scales_ ? steps(std::true_type{}) : steps(std::false_type{});
-      for (int64_t k = 0; k < rows; ++k) copy_row(block_out_ + k * (n + d), y + (r + k) * n);
+      for (int64_t k = 0; gap != 0 && k < rows; ++k) copy_row(block_out + k * (n + d), y + (r + k) * n);
     }
     if (r < end) column_sums<kRows>(x + r * n, row_sums(r));
     for (; r < end; ++r) {
@@ -611,6 +638,20 @@ class Rows3x3Pool {
     constexpr int64_t kShorts = 2 * kLength;
     const Shorts zero_sum = Shorts{} + static_cast<int16_t>(q_.x_zero_point * row_count(kRows));
     const int64_t n = n_;
+#if defined(__AVX512BW__)
+    if (n >= Lanes::kWideShorts) {  // 32 at a time
+      using WideShorts = typename Lanes::WideShorts;
+      const WideShorts zero_sum32 = WideShorts{} + zero_sum[0];
+      for (int64_t at = 0; at < n; at += Lanes::kWideShorts) {
+        const int64_t i = min_of<int64_t>(at, n - Lanes::kWideShorts);
+        WideShorts s = Lanes::widened_wide_shorts(xr + i) - zero_sum32;
+        if constexpr (has_above(kRows)) s += Lanes::widened_wide_shorts(xr + i - n);
+        if constexpr (has_below(kRows)) s += Lanes::widened_wide_shorts(xr + i + n);
+        Lanes::store(out + i, s);
+      }
+      return;
+    }
+#endif
     for (int64_t at = 0; at < n; at += kShorts) {
       const int64_t i = min_of<int64_t>(at, n - kShorts);
       Shorts s = Lanes::widened_shorts(xr + i) - zero_sum;
@@ -651,16 +692,23 @@ class Rows3x3Pool {
   Shorts window_sums16(const int16_t* sums, int64_t i) const {
     return (Lanes::shorts_at(sums + i - d_) + Lanes::shorts_at(sums + i)) + Lanes::shorts_at(sums + i + d_);
   }
+#if defined(__AVX512BW__)
+  typename Lanes::WideShorts window_sums32(const int16_t* sums, int64_t i) const {
+    return (Lanes::wide_shorts_at(sums + i - d_) + Lanes::wide_shorts_at(sums + i)) +
+           Lanes::wide_shorts_at(sums + i + d_);
+  }
+#endif
   Ints window_sums8(const int16_t* sums, int64_t i) const {
     return Lanes::ints_of((Lanes::half_shorts_at(sums + i - d_) + Lanes::half_shorts_at(sums + i)) +
                           Lanes::half_shorts_at(sums + i + d_));
   }
 
   // A vector of window values requantised by a ShortRule.
-  static Shorts whole(Shorts difference, const ShortRule& rule) {
-    typedef uint16_t UShorts __attribute__((vector_size(sizeof(Shorts))));
-    const Shorts product = Lanes::high_product(difference + rule.offset, rule.multiplier);
-    return Shorts(UShorts(product) >> rule.shift) + rule.add;
+  template <class S>
+  static S whole(S difference, const ShortRule& rule) {
+    typedef uint16_t UShorts __attribute__((vector_size(sizeof(S))));
+    const S product = Lanes::high_product(difference + rule.offset, rule.multiplier);
+    return S(UShorts(product) >> rule.shift) + rule.add;
   }
 
   // A row of n_ (at least kStep) values from a block to the output, a vector at a time (the last moved back).
