@@ -154,7 +154,6 @@ struct ByteLanes {
   typedef int32_t WideInts __attribute__((vector_size(64)));
   typedef float WideFloats __attribute__((vector_size(64)));
   static WideFloats wide_floats_at(const float* p) { return _mm512_loadu_ps(p); }
-  static WideInts wide_ints(Shorts s) { return WideInts(_mm512_maskz_cvtepi16_epi32(~0, __m256i(s))); }
   static void narrow_wide(WideInts a, WideInts b, Q* out) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_maskz_cvtepi32_epi8(~0, __m512i(a)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_maskz_cvtepi32_epi8(~0, __m512i(b)));

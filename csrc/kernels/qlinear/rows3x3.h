@@ -471,32 +471,30 @@ class Rows3x3Pool {
         for (int v = 0; v < 4; ++v) outs[v] = ort_values<kRows>(rows_f, i + v * kLength, count);
       } else {
 #if defined(__AVX512BW__)
-        if constexpr (kMiddle == Ties::None) {  // 16 lanes; no marks: the saturating narrowing clamps
+        {  // 16 lanes: without marks (None) the step's values, the saturating narrowing clamping; with marks (Rare)
+           // a step with any is taken again below and settled
           using WideFloats = typename Lanes::WideFloats;
           using WideInts = typename Lanes::WideInts;
           const typename Lanes::WideShorts sums32 = window_sums32(sums, i);
+          const WideInts low = Lanes::low_wide_ints(sums32), high = Lanes::high_wide_ints(sums32);
           const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
           const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
           const WideFloats zero = WideFloats{} + zero_point[0];
-          const WideInts out_a = Lanes::template rounded<WideInts>(
-              __builtin_convertvector(Lanes::low_wide_ints(sums32), WideFloats) * scale_a + zero);
-          const WideInts out_b = Lanes::template rounded<WideInts>(
-              __builtin_convertvector(Lanes::high_wide_ints(sums32), WideFloats) * scale_b + zero);
-          return Lanes::narrow_wide_saturated(out_a, out_b, out);
+          if constexpr (kMiddle == Ties::None) {
+            const WideInts out_a =
+                Lanes::template rounded<WideInts>(__builtin_convertvector(low, WideFloats) * scale_a + zero);
+            const WideInts out_b =
+                Lanes::template rounded<WideInts>(__builtin_convertvector(high, WideFloats) * scale_b + zero);
+            return Lanes::narrow_wide_saturated(out_a, out_b, out);
+          } else {
+            WideInts marked_a, marked_b;
+            const WideInts out_a = Lanes::requantised(low, scale_a, zero, marked_a);
+            const WideInts out_b = Lanes::requantised(high, scale_b, zero, marked_b);
+            if (!Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
+          }
         }
 #endif
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
-#if defined(__AVX512BW__)
-        if constexpr (kMiddle != Ties::None) {  // 16 lanes; a step with marks is taken again below and settled
-          using WideFloats = typename Lanes::WideFloats;
-          typename Lanes::WideInts marked_a, marked_b;
-          const WideFloats scale_a = per_value ? Lanes::wide_floats_at(block_scales_ + i) : WideFloats{} + scale[0];
-          const WideFloats scale_b = per_value ? Lanes::wide_floats_at(block_scales_ + i + 2 * kLength) : scale_a;
-          const auto out_a = Lanes::requantised(Lanes::wide_ints(a), scale_a, WideFloats{} + zero_point[0], marked_a);
-          const auto out_b = Lanes::requantised(Lanes::wide_ints(b), scale_b, WideFloats{} + zero_point[0], marked_b);
-          if (!Lanes::any(marked_a | marked_b)) return Lanes::narrow_wide(out_a, out_b, out);
-        }
-#endif
         const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
         Ints marked[4];
         for (int v = 0; v < 4; ++v) {

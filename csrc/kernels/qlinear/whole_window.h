@@ -7,9 +7,6 @@
 #include <cstring>
 #include <numeric>
 #include <type_traits>
-#if defined(__AVX512BW__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/common/byte_lanes.h"
 #include "kernels/common/per_isa.h"
@@ -39,17 +36,14 @@ inline int64_t channel_lanes(int64_t channels) {
   return common <= 512 ? common : channels * max_of<int64_t>(1, (64 + channels - 1) / channels);
 }
 
-// Vectors of int16 lanes and kLanes bytes loaded into one, widened: ByteLanes' Shorts, but for AVX-512, whose
-// ByteLanes keep AVX2's width, a whole register of 32.
+// Vectors of int16 lanes and kLanes bytes loaded into one, widened: ByteLanes' Shorts, or on AVX-512, whose
+// Shorts keep AVX2's width, its WideShorts (a whole register of 32).
 template <class Q>
 struct ShortLanes {
 #if defined(__AVX512BW__)
-  static constexpr int kLanes = 32;
-  typedef int16_t Shorts __attribute__((vector_size(kLanes * 2)));
-  static Shorts widened(const Q* p) {
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return Shorts(std::is_signed_v<Q> ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b));
-  }
+  static constexpr int kLanes = ByteLanes<Q>::kWideShorts;
+  using Shorts = typename ByteLanes<Q>::WideShorts;
+  static Shorts widened(const Q* p) { return ByteLanes<Q>::widened_wide_shorts(p); }
 #else
   static constexpr int kLanes = 2 * ByteLanes<Q>::kLength;
   using Shorts = typename ByteLanes<Q>::Shorts;
