@@ -1,5 +1,5 @@
-"""The streamed (long-channel) loops of the global pools, on every ISA path: float16 means, float32 / float64 means,
-L2 norms and maxima.
+"""The streamed (long-channel) loops of the global pools, on every ISA path: float16 means, float16 and bfloat16 Lp
+norms, float32 / float64 means, L2 norms and maxima.
 
 float16 GlobalAveragePool over channels of 512 elements and more (streamed_channels in
 csrc/kernels/global/global_pools.h): on the portable path summed in ScaledHalves' scaled domain, the halves taken two
@@ -9,7 +9,9 @@ by short_sum), of exactly 64, and inside a step of 32; channels hold an infinity
 halves, large values cancelling over small ones (so that another order of the additions gives other bits) and zeros
 of both signs. float16 GlobalLpPool over the same channels (p = 2, and p = 1 and 3 against the reference only): on
 the portable path one channel at a time, its halves taken two per word as the means take them, converted by the
-multiply by 2^112 before the power.
+multiply by 2^112 before the power. bfloat16 GlobalLpPool (p = 2, 1, 3) over the same channels: on the portable path
+one channel at a time too, two halves per word (a shift and a mask each), the L2 norms bit for bit against the same
+order.
 
 float32 / float64 GlobalAveragePool and GlobalLpPool p=2 over long channels (streamed_channels inlined with its block
 sums on SSE2, and for power sums on every path): block ends, short last blocks, tails inside a step, large values
@@ -35,6 +37,8 @@ import reference as R
 from helpers import each_isa, rerun_on_isa, run_op, short_sum_order
 
 __all__ = [
+    "bfloat16_cases",
+    "bfloat16_l2_model",
     "case_count",
     "check_all",
     "float_cases",
@@ -95,6 +99,12 @@ def half_l2_model(channel: np.ndarray) -> np.float16:
         return np.float16(float_model("GlobalLpPool", channel.astype(np.float32)))
 
 
+def bfloat16_l2_model(channel: np.ndarray) -> np.ndarray:
+    """The library's bfloat16 L2 norm of one long channel of finite values: float_model's of the values as float32,
+    rounded to bfloat16."""
+    return R.to_dtype(np.float64(float_model("GlobalLpPool", R.to_f64(channel).astype(np.float32))), "bfloat16")
+
+
 def float_model(op: str, channel: np.ndarray) -> np.floating:
     """The library's float32 / float64 mean or L2 norm of one long channel by the documented order: the mean's blocks
     from the start; the L2 sum of squares (in the channel's type) first over kLanes elements (short_sum), then in
@@ -115,12 +125,20 @@ def half_cases() -> list[tuple[int | None, int]]:
     return [(p, n) for p in HALF_LP for n in HALF_LENGTHS]
 
 
-def make_half_input(n: int, rng: np.random.Generator) -> np.ndarray:
-    """(1, HALF_CHANNELS, n): mixed magnitudes; channel 1 subnormals and zeros of both signs, channel 2 large
+BFLOAT16_LP = [2, 1, 3]
+
+
+def bfloat16_cases() -> list[tuple[int, int]]:
+    return [(p, n) for p in BFLOAT16_LP for n in HALF_LENGTHS]
+
+
+def make_half_input(n: int, rng: np.random.Generator, dtype: str = "float16") -> np.ndarray:
+    """(1, HALF_CHANNELS, n) of dtype: mixed magnitudes; channel 1 subnormals (of float16; bfloat16's too, whose
+    squares underflow) and zeros of both signs, channel 2 large
     values cancelling over small ones, channel 3 an infinity in its last block, channel 4 a NaN in its last element
     (channel 0 then -inf in its first element when n is odd)."""
     x = rng.standard_normal((1, HALF_CHANNELS, n)) * np.exp2(rng.integers(-6, 7, (1, HALF_CHANNELS, n)))
-    x[0, 1] = rng.choice([0.0, -0.0, 2.0**-24, -(2.0**-20), 3 * 2.0**-17, 2.0**-14], n)
+    x[0, 1] = rng.choice([0.0, -0.0, 2.0**-24, -(2.0**-20), 3 * 2.0**-17, 2.0**-14, -(2.0**-130), 2.0**-133], n)
     # small values, each block's first 32 elements +2^15 (lanes 0..15) and -2^15 (lanes 16..31): every lane's sum
     # rounds the small values to its float step at 2^15 and the fold cancels the large parts, so a sum in another
     # order (other lanes, another fold) gives other bits
@@ -131,7 +149,7 @@ def make_half_input(n: int, rng: np.random.Generator) -> np.ndarray:
     x[0, 4, n - 1] = np.nan
     if n % 2:
         x[0, 0, 0] = -np.inf
-    return R.to_dtype(x, "float16")
+    return R.to_dtype(x, dtype)
 
 
 # float32 / float64 means and L2 norms of long channels (streamed_channels inlined on SSE2 and, for power sums,
@@ -208,6 +226,18 @@ def check_all() -> int:
                 assert y[0, c, 0].tobytes() == model.tobytes(), f"{what}, channel {c}: {y[0, c, 0]!r} vs {model!r}"
         assert np.isposinf(y[0, 3, 0]) and np.isnan(y[0, 4, 0]), what
         checked += 1
+    for p, n in bfloat16_cases():
+        x = make_half_input(n, rng, "bfloat16")
+        y, _ = run_op("GlobalLpPool", 22, "bfloat16", x, {"p": p})
+        what = f"GlobalLpPool p={p} bfloat16 (1, {HALF_CHANNELS}, {n}) on {onnx_pools.active_isa()}"
+        ref = R.global_pool("GlobalLpPool", x, p)
+        R.assert_close(y, ref, "bfloat16", scale=float(np.abs(ref[np.isfinite(ref)]).max()), what=what)
+        for c in range(HALF_CHANNELS):
+            if p == 2 and np.isfinite(R.to_f64(x[0, c])).all():
+                model = bfloat16_l2_model(x[0, c])
+                assert y[0, c, 0].tobytes() == model.tobytes(), f"{what}, channel {c}: {y[0, c, 0]!r} vs {model!r}"
+        assert np.isposinf(y[0, 3, 0]) and np.isnan(y[0, 4, 0]), what
+        checked += 1
     for op, dtype, n in float_cases():
         x = make_float_input(dtype, n, rng)
         attrs = {"p": 2} if op == "GlobalLpPool" else {}
@@ -234,7 +264,7 @@ def check_all() -> int:
 
 
 def case_count() -> int:
-    return len(half_cases()) + len(float_cases()) + len(max_cases())
+    return len(half_cases()) + len(bfloat16_cases()) + len(float_cases()) + len(max_cases())
 
 
 def test_stream_paths() -> None:

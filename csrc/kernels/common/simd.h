@@ -351,6 +351,18 @@ struct AccLoader<BFloat16> {  // the bits, moved to the top half of a float
   }
   void load_tail(const BFloat16* p, int64_t r, S::Value* v) { load_padded(*this, p, r, v); }
   bool exact() const { return true; }
+#if !defined(__AVX2__)
+  // load's values of 8 halves taken as 4 words, two halves each, without a shuffle: halves 0, 2, 4, 6 (the low half
+  // of each word, moved up) into even, 1, 3, 5, 7 (the high half, the low one cleared) into odd
+  void load_words(const BFloat16* p, S::Value& even, S::Value& odd) {
+    static_assert(kVectorBytes == 16, "4 words of two halves per vector");
+    typedef uint32_t Four __attribute__((vector_size(16)));
+    Four w;
+    std::memcpy(&w, p, sizeof w);
+    even = reinterpret_cast<S::Value>(w << 16);
+    odd = reinterpret_cast<S::Value>(w & 0xffff0000u);
+  }
+#endif
 };
 #pragma GCC diagnostic pop
 

@@ -57,11 +57,13 @@ constexpr bool kScaledHalvesStream =
     false;
 #endif
 // Float16 Lp sums without F16C, one channel at a time too: their values in words (half_word_stream_sum), with no
-// shuffle, leave one channel's partial sums and conversions in SSE2's registers.
+// shuffle, leave one channel's partial sums and conversions in SSE2's registers. So do bfloat16 Lp sums, whose
+// words convert in a shift and a mask where AccLoader's interleave with zeros takes SSE2's one shuffle port.
 template <class T, Reduction R>
 constexpr bool kWordHalvesStream =
 #if defined(__SSE2__) && !defined(__F16C__)
-    std::is_same_v<T, Float16> && (R == Reduction::Average || R == Reduction::Lp);
+    (std::is_same_v<T, Float16> && (R == Reduction::Average || R == Reduction::Lp)) ||
+    (std::is_same_v<T, BFloat16> && R == Reduction::Lp);
 #else
     false;
 #endif
@@ -378,20 +380,21 @@ inline bool scaled_half_means(const Float16* a, int64_t count, int64_t n, float*
 #endif
 
 #if defined(__SSE2__) && !defined(__F16C__)
-// mapped_sum_streams<1> over float16 (n >= 2 kLanes) with a loader of two halves per word (ScaledHalvesLoader,
-// summed in its scaled domain, or AccLoader<Float16>, whose values map takes): the same 32 lanes, additions and fold.
+// mapped_sum_streams<1> over 16-bit floats (n >= 2 kLanes) with a loader of two halves per word (float16:
+// ScaledHalvesLoader, summed in its scaled domain, or AccLoader<Float16>; bfloat16: AccLoader<BFloat16>; map takes
+// their values): the same 32 lanes, additions and fold.
 // Each half converts with shifts and a mask within its word: no shuffle. The even elements of 8 loaded halves fill
 // one vector, the odd ones another, so partial sums E[q] and O[q] hold lanes 8q + {0, 2, 4, 6} and 8q + {1, 3, 5, 7}:
 // each lane adds the same elements in the same order as mapped_sum_streams' lane does, and the lanes are put back in
 // order (an interleave) before the fold.
-template <class Loader, class Map>
-inline double half_word_stream_sum(const Float16* a, int64_t n, Map map, Loader& loader) {
+template <class T, class Loader, class Map>
+inline double half_word_stream_sum(const T* a, int64_t n, Map map, Loader& loader) {
   using V = Simd<float, 16>::Value;
   static_assert(kLanes<float> == 32, "4 loads of 8 halves per step");
   Loader load = loader;  // a local: stores to the caller's copy would wait on the input's loads
   const int64_t whole = n - n % 32;
   V even[4] = {}, odd[4] = {};
-  auto step = [&](const Float16* p) {
+  auto step = [&](const T* p) {
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
       V e, o;
@@ -405,7 +408,7 @@ inline double half_word_stream_sum(const Float16* a, int64_t n, Map map, Loader&
     step(a + i);
   }
   if (whole < n) {  // mapped_sum_streams' zero-padded tail (map(+0) is +0)
-    Float16 tail[32] = {};
+    T tail[32] = {};
     std::memcpy(tail, a + whole, static_cast<size_t>(n - whole) * sizeof(Float16));
     step(tail);
   }
