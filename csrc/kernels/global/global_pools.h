@@ -409,7 +409,7 @@ inline double half_word_stream_sum(const T* a, int64_t n, Map map, Loader& loade
   }
   if (whole < n) {  // mapped_sum_streams' zero-padded tail (map(+0) is +0)
     T tail[32] = {};
-    std::memcpy(tail, a + whole, static_cast<size_t>(n - whole) * sizeof(Float16));
+    std::memcpy(tail, a + whole, static_cast<size_t>(n - whole) * sizeof(T));
     step(tail);
   }
   V acc[8];
