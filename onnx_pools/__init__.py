@@ -32,6 +32,7 @@ __all__ = [
     "active_isa",
     "call_counts",
     "get_library_path",
+    "lp_windows_recomputed",
     "reset_call_counts",
     "session_options",
 ]
@@ -70,12 +71,14 @@ _ENTRY_POINTS: dict[str, tuple[Any, list[Any]]] = {
     "onnx_pools_config_key": (_C, [_C]),
     "onnx_pools_op_taken_by_default": (_I, [_I]),
     "onnx_pools_ort_runs_float16_natively": (_I, []),
+    "onnx_pools_lp_windows_recomputed": (_U64, []),
 }
 # Entry points a build of the library may lack: builds that predate them (e.g. one timed by bench --baseline).
 _LATER_ENTRY_POINTS = (
     "onnx_pools_config_key",
     "onnx_pools_op_taken_by_default",
     "onnx_pools_ort_runs_float16_natively",
+    "onnx_pools_lp_windows_recomputed",
 )
 
 
@@ -487,6 +490,12 @@ def call_counts() -> dict[str, int]:
 def reset_call_counts() -> None:
     """Sets every call counter of call_counts() to 0."""
     _library().onnx_pools_reset_call_counts()
+
+
+def lp_windows_recomputed() -> int:
+    """LpPool windows this process's kernels recomputed exactly (scaled, in double) because their fast sums could not
+    be trusted (subnormal, huge or non-finite values): a diagnostic of that slow path, which zeros do not take."""
+    return int(_library().onnx_pools_lp_windows_recomputed())
 
 
 def active_isa() -> str:

@@ -58,6 +58,24 @@ def cases():
         ):
             out.append((f"LpPool {tag} {name}", "LpPool", 18, x, attrs))
         out.append((f"LpPool-1 2d k3 p=1.5 {name}", "LpPool", 1, x2, {"kernel_shape": [3, 3], "p": 1.5}))
+        # ReLU outputs: windows of zeros, skipped or recomputed by the elements read up to their row, beside values
+        # whose powers underflow (a power of two times small integers): which windows are recomputed, and whether a
+        # plane is redone at a new scale, must not depend on the path's blocks (p = 1.5 and double cube roots are
+        # not exact under scaling)
+        tiny = {"float32": 2.0**-100, "float64": 2.0**-700, "float16": 2.0**-24, "bfloat16": 2.0**-100}[name]
+        xr = np.maximum(rng.integers(-4000, 4000, [1, 3, 20, 40]).astype(np.float64), 0.0) / 256.0
+        xr[0, 1, 5:, ::7] = np.where(xr[0, 1, 5:, ::7] > 0, tiny * 3, 0.0)
+        xr[0, 2, :10] = 0.0
+        xr[0, 2, 15, 3] = tiny
+        xr = xr.astype(dt)
+        for tag, attrs in (
+            ("k2 s2", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+            ("k3 pad1", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+            ("k1", {"kernel_shape": [1, 1]}),
+        ):
+            out.append((f"LpPool relu {tag} p3 {name}", "LpPool", 18, xr, dict(attrs, p=3)))
+            if name != "bfloat16":
+                out.append((f"LpPool-1 relu {tag} p=1.5 {name}", "LpPool", 1, xr, dict(attrs, p=1.5)))
     for qt, lo, hi in (("uint8", 0, 256), ("int8", -128, 128)):
         for layout in ("nchw", "nhwc"):
             for tag, shape, attrs in (

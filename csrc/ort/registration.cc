@@ -19,6 +19,7 @@
 #endif
 
 #include "geometry/error.h"
+#include "kernels/common/diagnostics.h"
 #include "kernels/kernels.h"
 #include "ort/config.h"
 #include "ort/onnx_types.h"
@@ -379,6 +380,7 @@ ONNX_POOLS_EXPORT void onnx_pools_reset_call_counts() {
   for (size_t i = 0; i < op_table().size(); ++i) call_counters()[i].store(0);
 }
 ONNX_POOLS_EXPORT const char* onnx_pools_isa() { return kernels().isa; }
+ONNX_POOLS_EXPORT uint64_t onnx_pools_lp_windows_recomputed() { return lp_windows_recomputed(); }
 // The session config keys RegisterCustomOps reads, by what they select ("ops", "types", "ort_layout"); nullptr for
 // anything else.
 ONNX_POOLS_EXPORT const char* onnx_pools_config_key(const char* what) {

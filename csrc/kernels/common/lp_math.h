@@ -259,9 +259,10 @@ inline bool lp_sum_trusted(double sum) {
 }
 // The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
 template <class A>
+constexpr A kSmallestTrustedSum = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
+template <class A>
 inline bool window_sum_trusted(A sum) {
-  constexpr A tiny = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
-  return (sum >= tiny) & (sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
+  return (sum >= kSmallestTrustedSum<A>)&(sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
 }
 
 // 2^e as two factors of the accumulator type (one alone cannot reach a float's subnormals): v * first * second
@@ -311,6 +312,65 @@ AccOf<T> largest_magnitude(const T* x, int64_t n) {
     for (int l = 0; l < width; ++l) lanes[l] = lanes[l + width] > lanes[l] ? lanes[l + width] : lanes[l];
   }
   return lanes[0];
+}
+
+// The least magnitude a whose term power(a * 2^e) (up: 2^e) is at least twice the trusted minimum, found by bisection
+// over the bits of positive finite values (power and the scaling are nondecreasing in a); +inf when there is none.
+// Elements of smaller nonzero magnitude are the ones whose terms underflow: without them among a window's elements, a
+// sum of exactly +0 comes only from zeros (a sum of nonnegative terms is at least each of them, rounding being
+// monotone), and its root, +0, is the exact window's. The factor 2 keeps a term a few ulps off monotone above the
+// minimum.
+template <class A, class Power>
+A smallest_safe_magnitude(Power power, const PowerOfTwo<A>& up) {
+  using Bits = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
+  auto value = [](Bits b) {
+    A v;
+    std::memcpy(&v, &b, sizeof v);
+    return v;
+  };
+  auto safe = [&](Bits b) { return power(value(b) * up.first * up.second) >= 2 * kSmallestTrustedSum<A>; };
+  Bits lo = 0, hi;  // safe(hi), and nothing at or below lo is
+  const A largest = std::numeric_limits<A>::max();
+  std::memcpy(&hi, &largest, sizeof hi);
+  if (!safe(hi)) return std::numeric_limits<A>::infinity();
+  while (hi - lo > 1) {
+    const Bits mid = lo + (hi - lo) / 2;
+    (safe(mid) ? hi : lo) = mid;
+  }
+  return value(hi);
+}
+
+// The index of the first of n elements with 0 < |x| < limit (NaN is not), or n when there is none. In native vectors,
+// four at a time tested together.
+template <class T>
+int64_t first_below(const T* x, int64_t n, AccOf<T> limit) {
+  using A = AccOf<T>;
+  using S = Simd<A>;
+  using V = typename S::Value;
+  constexpr int L = S::kLength;
+  const V zero{}, bound = S::splat(limit);
+  auto hits = [&](V v) __attribute__((always_inline)) {
+    const V a = v < zero ? -v : v;  // |v| (a NaN compares false below)
+    return (a > zero) & (a < bound);
+  };
+  A buffer[kBlock];
+  for (int64_t off = 0; off < n; off += kBlock) {
+    const int64_t count = min_of(kBlock, n - off);
+    const A* a = acc_view(x + off, buffer, count);
+    // the block's whole vectors tested together and folded once; if one holds such an element, the block one by one
+    typename S::Mask any{};
+    int64_t i = 0;
+    for (; i + L <= count; i += L) any |= hits(S::load(a + i));
+    using E = typename S::MaskElement;
+    if (fold_halves<E, sizeof(any)>(any, [](auto u, auto v) __attribute__((always_inline)) { return u | v; }) != 0) {
+      i = 0;
+    }
+    for (; i < count; ++i) {
+      const A v = std::fabs(a[i]);
+      if ((v > 0) & (v < limit)) return off + i;
+    }
+  }
+  return n;
 }
 
 // The exponent e that brings m to [1, 2) as m * 2^e, or 0 when m is 0, inf or NaN.

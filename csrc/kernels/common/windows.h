@@ -206,6 +206,14 @@ inline RowsAndColumns rows_and_columns(const PoolGeometry& g) {
   return p;
 }
 
+// The elements of the plane (rows of cols.in values, in order) that the windows of output rows [0, out_rows_end) may
+// read: its rows up to the last input row the last of those windows reaches.
+inline int64_t rows_reach(const RowsAndColumns& rc, int64_t out_rows_end) {
+  const AxisGeometry& r = rc.rows;
+  const int64_t end = (out_rows_end - 1) * r.stride - r.pad_begin + (r.kernel - 1) * r.dilation + 1;
+  return (end < 0 ? 0 : (end < r.in ? end : r.in)) * rc.cols.in;
+}
+
 // Output columns whose window sums are built at a time: scratch stays bounded however long a row is (a 1-D plane
 // of 2^31 elements), while rows of ordinary images (up to a few hundred columns) are one strip. Fewer where the
 // strides between windows are wide: the strip's copy of its input (kStripInputValues values at most, all channels,

@@ -1130,14 +1130,22 @@ void global_pool(const void* xv, void* yv, int64_t channels, int64_t size, const
           e = normalising_exponent(largest_magnitude(xc, min_of(kBlock, size)));
           total = power_total(e, 0, size);
         }
+        A largest = -1;  // the channel's largest magnitude, once known
         if (!lp_sum_trusted<A>(total)) {
-          const int channel_e = normalising_exponent(largest_magnitude(xc, size));
+          largest = largest_magnitude(xc, size);
+          const int channel_e = normalising_exponent(largest);
           if (channel_e != e) {
             e = channel_e;
             total = power_total(e, 0, size);
           }
         }
-        result = lp_sum_trusted<A>(total) ? std::ldexp(lp_root(total, lp), -e) : exact();
+        if (lp_sum_trusted<A>(total)) {
+          result = std::ldexp(lp_root(total, lp), -e);
+        } else if (total == 0 && largest == 0) {
+          result = 0;  // every element a zero (a NaN would have made the total NaN): the exact path's +0
+        } else {
+          result = exact();
+        }
       }
     }
     y[c] = from_acc<T>(result);

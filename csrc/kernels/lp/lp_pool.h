@@ -12,6 +12,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/common/diagnostics.h"
 #include "kernels/common/dtypes.h"
 #include "kernels/common/lp_math.h"
 #include "kernels/common/per_isa.h"
@@ -67,14 +68,113 @@ struct PlaneAttempt {
   PowerOfTwo<AccOf<T>> up, down;  // 2^e and 2^-e as factors
 };
 
-// Runs rows(attempt, power, redo_needed) for each plane of x (more than once for a plane redone at a new scale),
-// power being lp's (with_power). rows computes and stores all of the plane's outputs; after a row (or the whole
-// plane) with bad > 0 untrusted windows it calls redo_needed(bad): true means this attempt is abandoned (rows
-// returns at once and is called again with the new scale), false that rows recomputes those windows exactly.
+// Where a plane's first element of nonzero magnitude below a limit (smallest_safe_magnitude: its term underflows) is,
+// found as far as a path's windows have reached: over elements the path has just read (in cache), never the whole
+// plane ahead of it, and no further once one is found.
+template <class T>
+struct TinyScan {
+  int64_t scanned = 0;                                  // elements [0, scanned) searched
+  int64_t first = std::numeric_limits<int64_t>::max();  // the first such element's index, once found
+
+  // Whether elements [0, reach) hold none.
+  bool none_up_to(const T* plane, int64_t reach, AccOf<T> limit) {
+    if (first == std::numeric_limits<int64_t>::max() && reach > scanned) {
+      const int64_t at = first_below(plane + scanned, reach - scanned, limit);
+      if (at < reach - scanned) first = scanned + at;
+      scanned = reach;
+    }
+    return first >= reach;
+  }
+};
+
+// Which window sums of one attempt at a plane its path recomputes exactly, and whether the attempt is abandoned for a
+// new scale: a path's loops count the sums window_sum_trusted rejects, and where they found any the path calls
+// recompute_untrusted. A sum of exactly +0 is neither recomputed nor counted towards a redo (which cannot help it)
+// when no element the windows of its output row and the rows above read (the plane's rows up to that row's reach; a
+// 3-D plane: all of it) has a nonzero magnitude below `safe` (smallest_safe_magnitude at the attempt's scale): its
+// root, +0, is already the exact one. That depends on the window's row only, not on a path's blocks, so which windows
+// are recomputed, and whether the plane is redone, are the same on every path: the same bits on every ISA.
+template <class T, class RedoNeeded>
+class PlaneTrust {
+ public:
+  using A = AccOf<T>;
+  PlaneTrust(const PlaneAttempt<T>& attempt, const PoolGeometry& g, A safe, RedoNeeded& redo_needed)
+      : attempt_(attempt), g_(g), safe_(safe), redo_needed_(redo_needed) {
+    if (g.axes.size() <= 2) rc_ = rows_and_columns(g);
+    row_windows_ = g.axes.size() <= 2 ? rc_.cols.out : g.out_size;
+  }
+
+  // For n window sums (sum_at(j): the plane's output first + j) of which the path's loop found some untrusted:
+  // recompute(j) for each still untrusted. False when the attempt is abandoned (more than 1/16 of the plane's windows
+  // untrusted): the path returns at once and runs again at the new scale.
+  template <class SumAt, class Recompute>
+  bool recompute_untrusted(int64_t n, int64_t first, SumAt sum_at, Recompute recompute) {
+    int64_t bad = 0, zeros = 0;
+    count(0, n, sum_at, bad, zeros);
+    // Every row's zeros exact when the last row's are (the usual case: ReLU outputs), else row by row.
+    const bool all_rows = zeros == 0 || zeros_exact((first + n - 1) / row_windows_);
+    if (all_rows) return settle(0, n, bad - zeros, zeros > 0, sum_at, recompute);
+    for (int64_t j = 0; j < n;) {
+      const int64_t row = (first + j) / row_windows_;
+      const int64_t end = min_of(n, (row + 1) * row_windows_ - first);
+      bad = zeros = 0;
+      count(j, end, sum_at, bad, zeros);
+      const bool skip_zeros = zeros > 0 && zeros_exact(row);
+      if (!settle(j, end, skip_zeros ? bad - zeros : bad, skip_zeros, sum_at, recompute)) return false;
+      j = end;
+    }
+    return true;
+  }
+
+ private:
+  // bad: sums window_sum_trusted rejects, zeros: sums of exactly +0 among them, over sums [j, end); counted without
+  // branches (zero and nonzero sums alternate unpredictably)
+  template <class SumAt>
+  static void count(int64_t j, int64_t end, SumAt sum_at, int64_t& bad, int64_t& zeros) {
+    for (int64_t k = j; k < end; ++k) {
+      const A sum = sum_at(k);
+      bad += !window_sum_trusted(sum);
+      zeros += sum == A(0);
+    }
+  }
+  // whether zero sums of output row `row` are exact
+  bool zeros_exact(int64_t row) {
+    const int64_t reach = g_.axes.size() <= 2 ? rows_reach(rc_, row + 1) : g_.in_size;
+    return scan_.none_up_to(attempt_.x, reach, safe_);
+  }
+  // the bad untrusted sums of [j, end) (zero sums left out when skip_zeros) recomputed, unless the attempt is abandoned
+  template <class SumAt, class Recompute>
+  bool settle(int64_t j, int64_t end, int64_t bad, bool skip_zeros, SumAt sum_at, Recompute recompute) {
+    if (bad == 0) return true;
+    if (redo_needed_(bad)) return false;
+    count_lp_windows_recomputed(static_cast<uint64_t>(bad));
+    for (int64_t k = j; k < end; ++k) {
+      const A sum = sum_at(k);
+      if (!window_sum_trusted(sum) && !(skip_zeros && sum == A(0))) recompute(k);
+    }
+    return true;
+  }
+
+  const PlaneAttempt<T>& attempt_;
+  const PoolGeometry& g_;
+  A safe_;
+  RedoNeeded& redo_needed_;
+  RowsAndColumns rc_;
+  int64_t row_windows_ = 0;  // windows per output row (a 3-D plane: one row of all its windows)
+  TinyScan<T> scan_;
+};
+
+// Runs rows(attempt, power, trust) for each plane of x (more than once for a plane redone at a new scale), power
+// being lp's (with_power) and trust a PlaneTrust. rows computes and stores all of the plane's outputs; after a row
+// (or the whole plane) whose loop found untrusted sums it calls trust.recompute_untrusted, and returns at once when
+// that gives false (the attempt is abandoned; rows is called again with the new scale).
 template <class T, class Rows>
 void for_each_plane_scaled(const T* x, T* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp,
                            AccOf<T>* probe_buffer, Rows rows) {
   using A = AccOf<T>;
+  // smallest_safe_magnitude at scale 2^safe_e, found once per scale (the planes' e is mostly 0)
+  int safe_e = std::numeric_limits<int>::min();
+  A safe = 0;
   for (int64_t plane = 0; plane < planes; ++plane) {
     const T* xp = x + plane * g.in_size;
     int e = probe_exponent(xp, g.in_size, probe_buffer, lp);
@@ -93,7 +193,11 @@ void for_each_plane_scaled(const T* x, T* y, int64_t planes, const PoolGeometry&
         redo = true;
         return true;
       };
-      with_power(lp, [&](auto power) { rows(attempt, power, redo_needed); });
+      with_power(lp, [&](auto power) {
+        if (safe_e != e) safe = smallest_safe_magnitude(power, attempt.up), safe_e = e;
+        PlaneTrust<T, decltype(redo_needed)> trust(attempt, g, safe, redo_needed);
+        rows(attempt, power, trust);
+      });
       if (!redo) break;
     }
   }
@@ -163,7 +267,7 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
   A* probe_buffer = roots + strip;
   const int64_t row_length = rc.cols.in;
   const int64_t out_row_length = rc.cols.out;
-  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
+  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& trust) {
     const T* xp = a.x;
     T* yp = a.y;
     const int e = a.e;
@@ -173,11 +277,11 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
     };
     auto finish = [&](int64_t oh, int64_t begin, int64_t n, const A* sums) {
       const int64_t bad = roots_of_sums(power, n, [&](int64_t j) { return sums[j]; }, roots, e, down);
-      if (bad > 0) {
-        if (redo_needed(bad)) return false;
-        for (int64_t j = 0; j < n; ++j) {
-          if (!window_sum_trusted(sums[j])) roots[j] = exact_window(xp, g, oh * out_row_length + begin + j, index, lp);
-        }
+      if (bad > 0 &&
+          !trust.recompute_untrusted(
+              n, oh * out_row_length + begin, [&](int64_t j) { return sums[j]; },
+              [&](int64_t j) { roots[j] = exact_window(xp, g, oh * out_row_length + begin + j, index, lp); })) {
+        return false;
       }
       store_block(static_cast<const A*>(roots), yp + oh * out_row_length + begin, n);
       return true;
@@ -492,7 +596,7 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
   // Row stride 1 over such sums: the window sums of a block's output rows are (c[i] + c[i + cp]) + ... for i across
   // the whole block, stored straight into the output: one loop for the block's roots.
   const bool flat_rows = same_width_triples && rows.stride == 1 && rows.kernel <= 3;
-  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
+  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& trust) {
     const T* xp = a.x;
     T* yp = a.y;
     const int e = a.e;
@@ -550,15 +654,10 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
                 [&](auto v) __attribute__((always_inline)) { return v * down.first * down.second; });
           }
           auto sum_at = [&](int64_t j) { return (column[j] + column[j + cp]) + column[j + 2 * cp]; };
-          int32_t bad = 0;
-          if (!trusted) {
-            for (int64_t j = 0; j < n; ++j) bad += !window_sum_trusted(sum_at(j));
-          }
-          if (bad > 0) {
-            if (redo_needed(bad)) return;
-            for (int64_t j = 0; j < n; ++j) {
-              if (!window_sum_trusted(sum_at(j))) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
-            }
+          if (!trusted && !trust.recompute_untrusted(n, oh0 * out_w, sum_at, [&](int64_t j) {
+                out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+              })) {
+            return;
           }
           triple_rows(fused_rows + 2, span);
         }
@@ -622,14 +721,9 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         const int64_t n = (nb - fused_rows) * out_w;
         auto finish = [&](auto sum_at) {  // n <= max(kBlockValues, kBlockedRowLimit)
           const int32_t bad = roots_of_sums(power, n, sum_at, out, e, down);
-          if (bad == 0) return true;
-          if (redo_needed(bad)) return false;
-          for (int64_t j = 0; j < n; ++j) {
-            if (!window_sum_trusted(sum_at(j))) {
-              out[j] = exact_window(xp, g, (oh0 + fused_rows) * out_w + j, index, lp);
-            }
-          }
-          return true;
+          return bad == 0 || trust.recompute_untrusted(n, (oh0 + fused_rows) * out_w, sum_at, [&](int64_t j) {
+            out[j] = exact_window(xp, g, (oh0 + fused_rows) * out_w + j, index, lp);
+          });
         };
         bool go_on = true;
         switch (rows.kernel) {
@@ -662,13 +756,14 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         }
         if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(roots), y_row, out_w);
         if (bad == 0) continue;
-        if (redo_needed(bad)) return;
         stacked_row_sums(c0, cp, rows.kernel, sums, out_w);
-        for (int64_t j = 0; j < out_w; ++j) {
-          if (!window_sum_trusted(sums[j])) {
-            const A value = exact_window(xp, g, (oh0 + r) * out_w + j, index, lp);
-            store_block(&value, y_row + j, 1);
-          }
+        if (!trust.recompute_untrusted(
+                out_w, (oh0 + r) * out_w, [&](int64_t j) { return sums[j]; },
+                [&](int64_t j) {
+                  const A value = exact_window(xp, g, (oh0 + r) * out_w + j, index, lp);
+                  store_block(&value, y_row + j, 1);
+                })) {
+          return;
         }
       }
       // the rows the next block shares with this one move to the front
@@ -804,7 +899,7 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
   // Input rows fetched ahead of the loads that use them: far enough for memory's latency (a few output rows).
   constexpr int64_t kAhead = 4;
   const int64_t input_values = planes * g.in_size;
-  auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& redo_needed) {
+  auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& trust) {
     const A* xp = a.x;
     A* yp = a.y;
     const int64_t plane = a.plane;
@@ -828,10 +923,10 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
         const A* next_in = oh + 1 < out_h ? xp + (oh + 1) * KR * in_w : nullptr;
         A* y_row = yp + oh * out_w;
         const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, down_scale);
-        if (bad == 0) continue;
-        if (redo_needed(bad)) return;
-        for (int64_t j = 0; j < out_w; ++j) {
-          if (!window_sum_trusted(cur[j])) y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp);
+        if (bad > 0 && !trust.recompute_untrusted(
+                           out_w, oh * out_w, [&](int64_t j) { return cur[j]; },
+                           [&](int64_t j) { y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp); })) {
+          return;
         }
       }
     };
@@ -972,7 +1067,7 @@ void lp_pool_pair_tiles(const A* x, A* y, int64_t planes, const PoolGeometry& g,
   int64_t* index = memory.as<int64_t>();  // 8-byte values first, so every array is aligned for its type
   A* sums = reinterpret_cast<A*>(index + kVisitScratch * g.axes.size());
   A* probe_buffer = sums + block * out_w;
-  auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& redo_needed) {
+  auto plane_rows = [&](const PlaneAttempt<A>& a, auto power, auto& trust) {
     if constexpr (kVectorRoot<decltype(power), A>) {
       const A* xp = a.x;
       A* yp = a.y;
@@ -998,12 +1093,10 @@ void lp_pool_pair_tiles(const A* x, A* y, int64_t planes, const PoolGeometry& g,
                            fetch_rows * in_w * static_cast<int64_t>(sizeof(A)))) {
             continue;
           }
-          int32_t bad = 0;
-          for (int64_t j = 0; j < n; ++j) bad += !window_sum_trusted(sums[j]);
-          if (bad == 0) continue;
-          if (redo_needed(bad)) return;
-          for (int64_t j = 0; j < n; ++j) {
-            if (!window_sum_trusted(sums[j])) out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
+          if (!trust.recompute_untrusted(
+                  n, oh0 * out_w, [&](int64_t j) { return sums[j]; },
+                  [&](int64_t j) { out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp); })) {
+            return;
           }
         }
       };
@@ -1080,16 +1173,18 @@ bool triple_strips_apply(const PoolGeometry& g, const LpNorm& lp) {
 // h in registers instead of column sums stored and read back. The first strip of a block fetches into the cache the
 // input rows of the next block (the next plane's first rows after a plane's last block), a row per row it takes: the
 // hardware's prefetchers alone leave memory idle at each block's start.
-// Returns true when the plane's roots are those of the plane paths: every sum is trusted (at least the trusted
-// minimum), and all of them together at most max / 2048. The paths then scale the plane by 2^0: the probe of the
-// plane's first kBlock values (probe_exponent) is trusted, since it holds the first three rows, so two windows without
-// a common element (each sum trusted) and no more than kBlock powers (each at most max / 2048). Otherwise the plane is
-// for the plane paths to take again.
+// Returns whether all the sums together are at most max / 2048, and sets least to the smallest sum. The plane's roots
+// are those of the plane paths when, besides, every sum is trusted (at least the trusted minimum): the paths then
+// scale the plane by 2^0, since the probe of the plane's first kBlock values (probe_exponent) is trusted: it holds the
+// first three rows, so two windows without a common element (each sum trusted) and no more than kBlock powers (each
+// at most max / 2048). Sums below the minimum are allowed where no element has a nonzero magnitude below
+// smallest_safe_magnitude and the probe is trusted (lp_pool_triple_strips asks): they are then exact zeros, which the
+// plane paths keep too. Otherwise the plane is for the plane paths to take again.
 // Input rows a block of triple_strips_plane takes each strip through.
 constexpr int64_t kStripRows = 8;
 
 template <class A, class Power>
-bool triple_strips_plane(const A* __restrict x, A* __restrict y, int64_t rows, int64_t w, Power power) {
+bool triple_strips_plane(const A* __restrict x, A* __restrict y, int64_t rows, int64_t w, Power power, A& least) {
   using S = Simd<A>;
   using V = typename S::Value;
   constexpr int L = S::kLength;
@@ -1166,12 +1261,13 @@ bool triple_strips_plane(const A* __restrict x, A* __restrict y, int64_t rows, i
       strip(k, w - L, r0, r1, No{}, Yes{});
     }
   }
-  A least = smallest[0], all = total[0];
+  least = smallest[0];
+  A all = total[0];
   for (int l = 1; l < L; ++l) {
     least = smallest[l] < least ? smallest[l] : least;
     all += total[l];
   }
-  return window_sum_trusted(least) && all <= std::numeric_limits<A>::max() / 2048;  // NaN fails
+  return all <= std::numeric_limits<A>::max() / 2048;  // NaN fails
 }
 
 template <class T>
@@ -1181,14 +1277,25 @@ void lp_pool_planes_by_geometry(const void* xv, void* yv, int64_t planes, const 
 template <class A>
 void lp_pool_triple_strips(const A* x, A* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   const int64_t rows = g.axes[0].in, w = g.axes[1].in;
+  A probe_buffer[kBlock];
   with_power(lp, [&](auto power) {
+    A safe_magnitude = -1;  // found at the first plane that needs it
+    auto safe = [&] {
+      if (safe_magnitude < 0) safe_magnitude = smallest_safe_magnitude(power, PowerOfTwo<A>(0));
+      return safe_magnitude;
+    };
     if constexpr (kLaneRoot<decltype(power)>) {
       for (int64_t plane = 0; plane < planes; ++plane) {
         const A* xp = x + plane * g.in_size;
         A* yp = y + plane * g.out_size;
-        if (!triple_strips_plane(xp, yp, rows, w, power)) {
-          lp_pool_planes_by_geometry<A>(xp, yp, 1, g, lp);
+        A least = 0;
+        const bool bounded = triple_strips_plane(xp, yp, rows, w, power, least);
+        if (bounded && window_sum_trusted(least)) continue;
+        if (bounded && least == A(0) && first_below(xp, g.in_size, safe()) == g.in_size &&
+            probe_exponent(xp, g.in_size, probe_buffer, lp) == 0) {
+          continue;
         }
+        lp_pool_planes_by_geometry<A>(xp, yp, 1, g, lp);
       }
     }
   });
@@ -1236,22 +1343,21 @@ void lp_pool_planes_by_geometry(const void* xv, void* yv, int64_t planes, const 
     }
     return;
   }
-  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& redo_needed) {
+  auto plane_rows = [&](const PlaneAttempt<T>& a, auto power, auto& trust) {
     load_block(a.x, powers, g.in_size);
     if (a.e != 0) scale_by_power_of_two(powers, g.in_size, a.e);
     for (int64_t i = 0; i < g.in_size; ++i) powers[i] = power(powers[i]);
     const A* sums = window_sums(static_cast<const A*>(powers), buf_a, buf_b, g, 1);
     int64_t untrusted = 0;
     for (int64_t i = 0; i < g.out_size; ++i) untrusted += !window_sum_trusted(sums[i]);
-    if (untrusted > 0 && redo_needed(untrusted)) return;
     // Roots, then the rare untrusted windows again, scaled.
     A* roots = sums == buf_a ? buf_b : buf_a;
     for (int64_t i = 0; i < g.out_size; ++i) roots[i] = root_for(power, sums[i]);
     if (a.e != 0) scale_by_power_of_two(roots, g.out_size, -a.e);
-    if (untrusted > 0) {
-      for (int64_t i = 0; i < g.out_size; ++i) {
-        if (!window_sum_trusted(sums[i])) roots[i] = exact_window(a.x, g, i, index, lp);
-      }
+    if (untrusted > 0 && !trust.recompute_untrusted(
+                             g.out_size, 0, [&](int64_t i) { return sums[i]; },
+                             [&](int64_t i) { roots[i] = exact_window(a.x, g, i, index, lp); })) {
+      return;
     }
     store_block(static_cast<const A*>(roots), a.y, g.out_size);
   };
@@ -1289,14 +1395,14 @@ void lp_pool_single_elements(const T* x, T* y, int64_t planes, const PoolGeometr
       int32_t unsure = 0;
       for (int64_t j = 0; j < n; ++j) {
         const A sum = power(a[j]);
-        bad += !window_sum_trusted(sum);
+        bad += !window_sum_trusted(sum) & (a[j] != A(0));  // a zero's root, +0, is already the exact one
         out[j] = loop_root(power, sum, unsure);
       }
       settle_roots(power, unsure, n, [&](int64_t j) { return power(a[j]); }, [&](int64_t j, A root) { out[j] = root; });
       if constexpr (!std::is_same_v<T, A>) store_block(static_cast<const A*>(out), y + begin, n);
       if (bad == 0) continue;
       for (int64_t j = 0; j < n; ++j) {
-        if (!window_sum_trusted(power(a[j]))) lp_pool_planes<T>(x + begin + j, y + begin + j, 1, g, lp);
+        if (!window_sum_trusted(power(a[j])) && a[j] != A(0)) lp_pool_planes<T>(x + begin + j, y + begin + j, 1, g, lp);
       }
     }
   });

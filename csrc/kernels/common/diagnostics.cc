@@ -1,0 +1,18 @@
+#include "kernels/common/diagnostics.h"
+
+#include <atomic>
+
+namespace onnx_pools {
+namespace {
+
+std::atomic<uint64_t>& lp_windows() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+
+}  // namespace
+
+uint64_t lp_windows_recomputed() { return lp_windows().load(std::memory_order_relaxed); }
+void count_lp_windows_recomputed(uint64_t windows) { lp_windows().fetch_add(windows, std::memory_order_relaxed); }
+
+}  // namespace onnx_pools
