@@ -257,9 +257,10 @@ inline bool lp_sum_trusted(double sum) {
   constexpr double tiny = std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900;
   return sum >= tiny && sum <= std::numeric_limits<double>::max();
 }
-// The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
+// The least window sum trusted in the accumulator type.
 template <class A>
 constexpr A kSmallestTrustedSum = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
+// The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
 template <class A>
 inline bool window_sum_trusted(A sum) {
   return (sum >= kSmallestTrustedSum<A>)&(sum <= std::numeric_limits<A>::max());  // no branch: NaN fails both
@@ -341,7 +342,7 @@ A smallest_safe_magnitude(Power power, const PowerOfTwo<A>& up) {
 }
 
 // The index of the first of n elements with 0 < |x| < limit (NaN is not), or n when there is none. In native vectors,
-// four at a time tested together.
+// a block of kBlock tested with one fold at its end; only a block that holds one is searched element by element.
 template <class T>
 int64_t first_below(const T* x, int64_t n, AccOf<T> limit) {
   using A = AccOf<T>;
