@@ -347,8 +347,10 @@ def test_markdown_into_a_new_file(tmp_path):
     assert path.read_text() == "# onnx-pools benchmark\n\nothers\n"
 
 
-def _section(cpu, tables):
-    return f"- CPU: {cpu} (2 logical CPUs); flags: avx2; caches: L2 1M\n- date: 2000-01-01\n\n### Table\n\n{tables}\n"
+def _section(cpu, tables, flags="avx2"):
+    return (
+        f"- CPU: {cpu} (2 logical CPUs); flags: {flags}; caches: L2 1M\n- date: 2000-01-01\n\n### Table\n\n{tables}\n"
+    )
 
 
 def test_markdown_keeps_one_section_per_cpu(tmp_path):
@@ -362,6 +364,13 @@ def test_markdown_keeps_one_section_per_cpu(tmp_path):
     assert merge_cpu_sections(both, intel_again) == f"{amd}\n{intel_again}"
     assert merge_cpu_sections(merge_cpu_sections(both, arm), _section("AMD EPYC", "amd2")) == (
         f"{_section('AMD EPYC', 'amd2')}\n{intel}\n{arm}"
+    )
+    # a CPU of the same model name with other flags (virtual machines name several generations alike) is another CPU
+    amd512 = _section("AMD EPYC", "avx512 tables", flags="avx2 avx512f")
+    assert merge_cpu_sections(both, amd512) == f"{amd}\n{intel}\n{amd512}"
+    assert (
+        merge_cpu_sections(f"{amd}\n{amd512}", _section("AMD EPYC", "amd3"))
+        == f"{_section('AMD EPYC', 'amd3')}\n{amd512}"
     )
     assert merge_cpu_sections("\n", amd) == amd  # an empty generated part
     assert merge_cpu_sections("tables of no CPU\n", amd) == amd

@@ -36,8 +36,10 @@ README_END = "<!-- perf-summary:end -->"
 # written whole
 TABLES_BEGIN = "<!-- perf-tables:begin -->"
 TABLES_END = "<!-- perf-tables:end -->"
-# The first line of a run's header (header()): the CPU model name keys the page's generated section per CPU
-_CPU_LINE = re.compile(r"^- CPU: (.+?) \(\d+ logical CPUs\)", re.MULTILINE)
+# The first line of a run's header (header()): the whole line (model name, logical CPUs, flags, caches) keys the
+# page's generated section per CPU. A virtual machine's model name alone ("AMD EPYC") names several generations, with
+# and without AVX-512.
+_CPU_LINE = re.compile(r"^- CPU: (.+?)$", re.MULTILINE)
 # The README's summary: one row per case (its label, without the shape), at 1 thread on the best path measured.
 HEADLINE_CASES = (
     "GlobalAveragePool f32",
@@ -213,16 +215,17 @@ def rewrite_readme(path: str, summary: str, dry_run: bool = False) -> None:
 
 
 def cpu_of_section(text: str) -> str | None:
-    """The CPU model name a run's tables were measured on: from the "- CPU: " line its header starts with."""
+    """The CPU a run's tables were measured on: the "- CPU: " line its header starts with (model name, logical
+    CPUs, flags, caches)."""
     m = _CPU_LINE.search(text)
     return m.group(1) if m else None
 
 
 def merge_cpu_sections(generated: str, section: str) -> str:
-    """The generated part of a page (one section per CPU model, each starting with its header's "- CPU: " line)
-    with `section` (a run's header and tables) in place of the section of the same CPU model, or after the others
-    when that CPU has none: a run on one machine keeps every other machine's tables. Text before the first CPU
-    line belongs to no CPU's section and is dropped."""
+    """The generated part of a page (one section per CPU, each starting with its header's "- CPU: " line) with
+    `section` (a run's header and tables) in place of the section of the same CPU (cpu_of_section), or after the
+    others when that CPU has none: a run on one machine keeps every other machine's tables. Text before the first
+    CPU line belongs to no CPU's section and is dropped."""
     starts = [m.start() for m in _CPU_LINE.finditer(generated)]
     parts = [generated[a:b].strip() for a, b in zip(starts, [*starts[1:], len(generated)])]
     cpu, section = cpu_of_section(section), section.strip()
