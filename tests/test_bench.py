@@ -5,6 +5,7 @@ print its table's columns. No timing is asserted."""
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -111,6 +112,11 @@ def test_table_with_baseline_json_markdown_and_readme(tmp_path):
     assert "old tables" not in md
     assert "- CPU: " in md and "- date: " in md and f"onnx-pools {onnx_pools.__version__}" in md
     assert "- read-bandwidth ceiling at 1 thread(s): " in md and tables(md)[0][0] == columns
+    # the kernel sets timed, and on x86-64 whether this CPU lacks AVX-512 (so the page has no figures for it)
+    timed = md.split("- kernel sets timed: ", 1)[1].split("\n", 1)[0]
+    assert set(timed.split(";")[0].split(", ")) == {row[1] for row in rows}
+    if platform.machine() == "x86_64":
+        assert ("not on this CPU: avx512" in timed) == ("avx512" not in {row[1] for row in rows})
     text = readme.read_text()
     assert text.startswith("# title\n\nbefore\n") and text.endswith(f"{README_END}\nafter\n")
     assert "old summary" not in text

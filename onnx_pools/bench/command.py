@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 from typing import Any, Callable
 
@@ -139,6 +140,8 @@ class _Run:
         self.ceilings: dict[int, dict[str, float]] = {}
         self.results: list[dict[str, Any]] = []
         self.kernel_ran = True
+        self.isas_timed: list[str] = []  # the kernel sets the run's workers ran, in ISA_ORDER
+        self.isas_absent: list[str] = []  # the requested ones of this architecture the CPU lacks
 
     def section(self, mode: str, markdown: str, kernel_ran: bool) -> None:
         self.sections.append((mode, markdown))
@@ -149,7 +152,14 @@ class _Run:
         workers = start_workers(self.requested, self.args.baseline if baseline else None)
         if not workers:
             raise _UsageError(f"none of the ISAs {self.requested} runs here")
+        timed = {w.isa for w in workers} | set(self.isas_timed)
+        self.isas_timed = [i for i in ISA_ORDER if i in timed]
+        self.isas_absent = [i for i in self.requested if i not in timed and i in _ARCH_ISAS.get(platform.machine(), ())]
         return workers
+
+
+# The kernel sets the library builds for each architecture, beyond portable (a CPU of the architecture may lack them)
+_ARCH_ISAS = {"x86_64": ("avx512", "avx2"), "AMD64": ("avx512", "avx2"), "aarch64": ("neon",), "arm64": ("neon",)}
 
 
 class _UsageError(Exception):
@@ -357,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.markdown:
         body = "\n".join(f"### {TITLES[mode]}\n\n{md}" for mode, md in run.sections)
+        env["isas_timed"], env["isas_absent"] = run.isas_timed, run.isas_absent
         write_tables(args.markdown, f"{header(env, run.ceilings)}\n{body}")
     if args.json and run.results:
         with open(args.json, "w") as f:

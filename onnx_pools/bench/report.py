@@ -161,6 +161,12 @@ def header(env: dict[str, Any], ceilings: dict[int, dict[str, float]] | None = N
         f"openvino {env['openvino'] or 'not installed'}, numpy {env['numpy']}, Python {env['python']}",
         f"- date: {env['date']}",
     ]
+    if env.get("isas_timed"):
+        absent = env.get("isas_absent") or []
+        lines.append(
+            f"- kernel sets timed: {', '.join(env['isas_timed'])}"
+            + (f"; not on this CPU: {', '.join(absent)} (no figures here for it)" if absent else "")
+        )
     for t, c in sorted((ceilings or {}).items()):
         lines.append(f"- read-bandwidth ceiling at {t} thread(s): {c['ceiling']:.1f} GB/s")
     return "\n".join(lines) + "\n"

@@ -98,17 +98,19 @@ template <class T, class RedoNeeded>
 class PlaneTrust {
  public:
   using A = AccOf<T>;
-  PlaneTrust(const PlaneAttempt<T>& attempt, const PoolGeometry& g, A safe, RedoNeeded& redo_needed)
-      : attempt_(attempt), g_(g), safe_(safe), redo_needed_(redo_needed) {
+  PlaneTrust(const PlaneAttempt<T>& attempt, const PoolGeometry& g, const LpNorm& lp, A safe, RedoNeeded& redo_needed)
+      : attempt_(attempt), g_(g), lp_(lp), safe_(safe), redo_needed_(redo_needed) {
     if (g.axes.size() <= 2) rc_ = rows_and_columns(g);
     row_windows_ = g.axes.size() <= 2 ? rc_.cols.out : g.out_size;
   }
 
   // For n window sums (sum_at(j): the plane's output first + j) of which the path's loop found some untrusted:
-  // recompute(j) for each still untrusted. False when the attempt is abandoned (more than 1/16 of the plane's windows
-  // untrusted): the path returns at once and runs again at the new scale.
-  template <class SumAt, class Recompute>
-  bool recompute_untrusted(int64_t n, int64_t first, SumAt sum_at, Recompute recompute) {
+  // store(j, exact_window of output first + j) for each still untrusted (index: the path's scratch for
+  // visit_window). False when the attempt is abandoned (more than 1/16 of the plane's windows untrusted): the path
+  // returns at once and runs again at the new scale.
+  template <class SumAt, class Store>
+  bool recompute_untrusted(int64_t n, int64_t first, SumAt sum_at, int64_t* index, Store store) {
+    auto recompute = [&](int64_t j) { store(j, exact_window(attempt_.x, g_, first + j, index, lp_)); };
     int64_t bad = 0, zeros = 0;
     count(0, n, sum_at, bad, zeros);
     // Every row's zeros exact when the last row's are (the usual case: ReLU outputs), else row by row.
@@ -157,6 +159,7 @@ class PlaneTrust {
 
   const PlaneAttempt<T>& attempt_;
   const PoolGeometry& g_;
+  const LpNorm& lp_;
   A safe_;
   RedoNeeded& redo_needed_;
   RowsAndColumns rc_;
@@ -195,7 +198,7 @@ void for_each_plane_scaled(const T* x, T* y, int64_t planes, const PoolGeometry&
       };
       with_power(lp, [&](auto power) {
         if (safe_e != e) safe = smallest_safe_magnitude(power, attempt.up), safe_e = e;
-        PlaneTrust<T, decltype(redo_needed)> trust(attempt, g, safe, redo_needed);
+        PlaneTrust<T, decltype(redo_needed)> trust(attempt, g, lp, safe, redo_needed);
         rows(attempt, power, trust);
       });
       if (!redo) break;
@@ -277,10 +280,9 @@ void lp_pool_streamed(const T* x, T* y, int64_t planes, const PoolGeometry& g, c
     };
     auto finish = [&](int64_t oh, int64_t begin, int64_t n, const A* sums) {
       const int64_t bad = roots_of_sums(power, n, [&](int64_t j) { return sums[j]; }, roots, e, down);
-      if (bad > 0 &&
-          !trust.recompute_untrusted(
-              n, oh * out_row_length + begin, [&](int64_t j) { return sums[j]; },
-              [&](int64_t j) { roots[j] = exact_window(xp, g, oh * out_row_length + begin + j, index, lp); })) {
+      if (bad > 0 && !trust.recompute_untrusted(
+                         n, oh * out_row_length + begin, [&](int64_t j) { return sums[j]; }, index,
+                         [&](int64_t j, A exact) { roots[j] = exact; })) {
         return false;
       }
       store_block(static_cast<const A*>(roots), yp + oh * out_row_length + begin, n);
@@ -654,9 +656,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
                 [&](auto v) __attribute__((always_inline)) { return v * down.first * down.second; });
           }
           auto sum_at = [&](int64_t j) { return (column[j] + column[j + cp]) + column[j + 2 * cp]; };
-          if (!trusted && !trust.recompute_untrusted(n, oh0 * out_w, sum_at, [&](int64_t j) {
-                out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp);
-              })) {
+          if (!trusted &&
+              !trust.recompute_untrusted(n, oh0 * out_w, sum_at, index, [&](int64_t j, A exact) { out[j] = exact; })) {
             return;
           }
           triple_rows(fused_rows + 2, span);
@@ -721,9 +722,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         const int64_t n = (nb - fused_rows) * out_w;
         auto finish = [&](auto sum_at) {  // n <= max(kBlockValues, kBlockedRowLimit)
           const int32_t bad = roots_of_sums(power, n, sum_at, out, e, down);
-          return bad == 0 || trust.recompute_untrusted(n, (oh0 + fused_rows) * out_w, sum_at, [&](int64_t j) {
-            out[j] = exact_window(xp, g, (oh0 + fused_rows) * out_w + j, index, lp);
-          });
+          return bad == 0 || trust.recompute_untrusted(n, (oh0 + fused_rows) * out_w, sum_at, index,
+                                                       [&](int64_t j, A exact) { out[j] = exact; });
         };
         bool go_on = true;
         switch (rows.kernel) {
@@ -758,11 +758,8 @@ void lp_pool_blocked(const T* x, T* y, int64_t planes, const PoolGeometry& g, co
         if (bad == 0) continue;
         stacked_row_sums(c0, cp, rows.kernel, sums, out_w);
         if (!trust.recompute_untrusted(
-                out_w, (oh0 + r) * out_w, [&](int64_t j) { return sums[j]; },
-                [&](int64_t j) {
-                  const A value = exact_window(xp, g, (oh0 + r) * out_w + j, index, lp);
-                  store_block(&value, y_row + j, 1);
-                })) {
+                out_w, (oh0 + r) * out_w, [&](int64_t j) { return sums[j]; }, index,
+                [&](int64_t j, A exact) { store_block(&exact, y_row + j, 1); })) {
           return;
         }
       }
@@ -924,8 +921,8 @@ void lp_pool_pipelined(const A* x, A* y, int64_t planes, const PoolGeometry& g, 
         A* y_row = yp + oh * out_w;
         const int32_t bad = pipelined_row<KR, KC>(cur, y_row, out_w, next_in, in_w, next, power, scale, down_scale);
         if (bad > 0 && !trust.recompute_untrusted(
-                           out_w, oh * out_w, [&](int64_t j) { return cur[j]; },
-                           [&](int64_t j) { y_row[j] = exact_window(xp, g, oh * out_w + j, index, lp); })) {
+                           out_w, oh * out_w, [&](int64_t j) { return cur[j]; }, index,
+                           [&](int64_t j, A exact) { y_row[j] = exact; })) {
           return;
         }
       }
@@ -1094,8 +1091,8 @@ void lp_pool_pair_tiles(const A* x, A* y, int64_t planes, const PoolGeometry& g,
             continue;
           }
           if (!trust.recompute_untrusted(
-                  n, oh0 * out_w, [&](int64_t j) { return sums[j]; },
-                  [&](int64_t j) { out[j] = exact_window(xp, g, oh0 * out_w + j, index, lp); })) {
+                  n, oh0 * out_w, [&](int64_t j) { return sums[j]; }, index,
+                  [&](int64_t j, A exact) { out[j] = exact; })) {
             return;
           }
         }
@@ -1354,9 +1351,9 @@ void lp_pool_planes_by_geometry(const void* xv, void* yv, int64_t planes, const 
     A* roots = sums == buf_a ? buf_b : buf_a;
     for (int64_t i = 0; i < g.out_size; ++i) roots[i] = root_for(power, sums[i]);
     if (a.e != 0) scale_by_power_of_two(roots, g.out_size, -a.e);
-    if (untrusted > 0 && !trust.recompute_untrusted(
-                             g.out_size, 0, [&](int64_t i) { return sums[i]; },
-                             [&](int64_t i) { roots[i] = exact_window(a.x, g, i, index, lp); })) {
+    if (untrusted > 0 &&
+        !trust.recompute_untrusted(
+            g.out_size, 0, [&](int64_t i) { return sums[i]; }, index, [&](int64_t i, A exact) { roots[i] = exact; })) {
       return;
     }
     store_block(static_cast<const A*>(roots), a.y, g.out_size);
