@@ -360,7 +360,7 @@ def _section(cpu, tables, flags="avx2"):
 
 
 def test_markdown_keeps_one_section_per_cpu(tmp_path):
-    """--markdown into the page: a run replaces the section of its CPU model (its header's "- CPU: " line) and
+    """--markdown into the page: a run replaces the section of its CPU (its header's whole "- CPU: " line) and
     keeps every other CPU's, in their order; a CPU not on the page yet is added after them."""
     amd, arm = _section("AMD EPYC", "amd tables"), _section("Arm", "a")
     intel = _section("Intel(R) Xeon(R) Processor", "x")
