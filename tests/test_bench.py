@@ -443,3 +443,15 @@ def test_time_alternating_three_functions_each_follows_each_other_alike():
     follows = Counter((b, a) for s in range(6) for a, b in zip(calls[3 * s : 3 * s + 2], calls[3 * s + 1 : 3 * s + 3]))
     assert sorted(follows) == [(a, b) for a in range(3) for b in range(3) if a != b]
     assert set(follows.values()) == {2}
+
+
+def test_relu_cases_feed_relu_outputs():
+    """The table's LpPool cases over ReLU outputs take max(x, 0): about half zeros, none negative, so that windows
+    of zeros only (the trusted zero sums of the LpPool kernels) are timed on every CPU."""
+    from onnx_pools.bench.cases import make_cases, make_input
+
+    cases = [c for c in make_cases() if c.relu]
+    assert [c.op for c in cases] == ["LpPool", "LpPool"]
+    for c in cases:
+        x = make_input(c, c.shape, np.random.default_rng(0))
+        assert x.dtype == np.float32 and x.min() == 0 and 0.45 < np.mean(x == 0) < 0.55

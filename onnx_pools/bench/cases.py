@@ -41,6 +41,7 @@ class Case:
     nonneg: bool = False  # feed |x| (torch's lp_pool2d sums x^p with its sign)
     torch_call: TorchCall | None = None
     torch_desc: str = ""
+    relu: bool = False  # feed max(x, 0), a ReLU's output: half zeros, and windows of zeros only
 
     def name(self, shape: tuple[int, ...] | None = None) -> str:
         return f"{self.label} {'x'.join(map(str, shape or self.shape))}"
@@ -144,8 +145,9 @@ def _case(
     attrs: dict[str, Any] | None = None,
     torch_call: tuple[TorchCall | None, str] = (None, ""),
     nonneg: bool = False,
+    relu: bool = False,
 ) -> Case:
-    return Case(label, op, dtype, shape, attrs or {}, nonneg, torch_call[0], torch_call[1])
+    return Case(label, op, dtype, shape, attrs or {}, nonneg, torch_call[0], torch_call[1], relu)
 
 
 def make_cases() -> list[Case]:
@@ -164,6 +166,19 @@ def make_cases() -> list[Case]:
             {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
             LP2X2,
             nonneg=True,
+        ),
+        # LpPool after a ReLU, as CNNs feed it: windows of zeros only must cost no more than others
+        _case(
+            "LpPool over ReLU 3x3 s1 pad1 p=2 f32", "LpPool", "float32", (8, 64, 56, 56), LP3X3_ATTRS, LP3X3, relu=True
+        ),
+        _case(
+            "LpPool over ReLU 2x2 s2 p=3 f32",
+            "LpPool",
+            "float32",
+            (8, 64, 112, 112),
+            {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+            LP2X2,
+            relu=True,
         ),
         *[
             _case(
@@ -286,13 +301,16 @@ def build_model(case: Case, shape: tuple[int, ...]) -> bytes:
 
 
 def make_input(case: Case, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Random input of the case: the whole integer range, or standard normal floats (|x| for `nonneg`)."""
+    """Random input of the case: the whole integer range, or standard normal floats (|x| for `nonneg`, max(x, 0)
+    for `relu`)."""
     if case.dtype in ("uint8", "int8"):
         info = np.iinfo(case.dtype)
         return rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(case.dtype)
     x = rng.standard_normal(size=shape, dtype=np.float32)
     if case.nonneg:
         np.abs(x, out=x)
+    if case.relu:
+        np.maximum(x, 0, out=x)
     return x.astype(bfloat16() if case.dtype == "bfloat16" else case.dtype, copy=False)
 
 
