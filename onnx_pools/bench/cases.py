@@ -134,6 +134,7 @@ def with_torch_call(case: Case, name: str | None) -> Case:
 
 
 LP3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
+LP2X2_ATTRS = {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}
 Q3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
 
 
@@ -163,7 +164,7 @@ def make_cases() -> list[Case]:
             "LpPool",
             "float32",
             (8, 64, 112, 112),
-            {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+            LP2X2_ATTRS,
             LP2X2,
             nonneg=True,
         ),
@@ -176,7 +177,7 @@ def make_cases() -> list[Case]:
             "LpPool",
             "float32",
             (8, 64, 112, 112),
-            {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3},
+            LP2X2_ATTRS,
             LP2X2,
             relu=True,
         ),

@@ -250,16 +250,15 @@ inline double lp_root(double sum, const LpNorm& lp) {
   return root;
 }
 
+// The least sum trusted, for sums of terms computed in the accumulator type A.
+template <class A>
+constexpr A kSmallestTrustedSum = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
 // A sum of |x|^p is trusted when it neither overflowed nor sank to where underflowed terms could matter;
 // otherwise the window is recomputed scaled by its largest magnitude, in double.
 template <class A>
 inline bool lp_sum_trusted(double sum) {
-  constexpr double tiny = std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900;
-  return sum >= tiny && sum <= std::numeric_limits<double>::max();
+  return sum >= static_cast<double>(kSmallestTrustedSum<A>) && sum <= std::numeric_limits<double>::max();
 }
-// The least window sum trusted in the accumulator type.
-template <class A>
-constexpr A kSmallestTrustedSum = static_cast<A>(std::is_same_v<A, float> ? 0x1p-80 : 0x1p-900);
 // The same test on a window sum still in the accumulator type (compared in that type, so loops vectorise).
 template <class A>
 inline bool window_sum_trusted(A sum) {

@@ -99,9 +99,9 @@ class PlaneTrust {
  public:
   using A = AccOf<T>;
   PlaneTrust(const PlaneAttempt<T>& attempt, const PoolGeometry& g, const LpNorm& lp, A safe, RedoNeeded& redo_needed)
-      : attempt_(attempt), g_(g), lp_(lp), safe_(safe), redo_needed_(redo_needed) {
-    if (g.axes.size() <= 2) rc_ = rows_and_columns(g);
-    row_windows_ = g.axes.size() <= 2 ? rc_.cols.out : g.out_size;
+      : attempt_(attempt), g_(g), lp_(lp), safe_(safe), redo_needed_(redo_needed), by_rows_(g.axes.size() <= 2) {
+    if (by_rows_) rc_ = rows_and_columns(g);
+    row_windows_ = by_rows_ ? rc_.cols.out : g.out_size;
   }
 
   // For n window sums (sum_at(j): the plane's output first + j) of which the path's loop found some untrusted:
@@ -141,7 +141,7 @@ class PlaneTrust {
   }
   // whether zero sums of output row `row` are exact
   bool zeros_exact(int64_t row) {
-    const int64_t reach = g_.axes.size() <= 2 ? rows_reach(rc_, row + 1) : g_.in_size;
+    const int64_t reach = by_rows_ ? rows_reach(rc_, row + 1) : g_.in_size;
     return scan_.none_up_to(attempt_.x, reach, safe_);
   }
   // the bad untrusted sums of [j, end) (zero sums left out when skip_zeros) recomputed, unless the attempt is abandoned
@@ -162,6 +162,7 @@ class PlaneTrust {
   const LpNorm& lp_;
   A safe_;
   RedoNeeded& redo_needed_;
+  bool by_rows_;  // a 1-D or 2-D plane: zero sums settled by output row (rc_), else by the whole plane
   RowsAndColumns rc_;
   int64_t row_windows_ = 0;  // windows per output row (a 3-D plane: one row of all its windows)
   TinyScan<T> scan_;
