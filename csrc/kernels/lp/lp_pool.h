@@ -1299,12 +1299,50 @@ void lp_pool_triple_strips(const A* x, A* y, int64_t planes, const PoolGeometry&
   });
 }
 
+// ---- float16 and bfloat16 planes, converted to float a group of planes at a time --------------------------------
+
+// Input and output floats of one group of converted planes: together in L2 beside the float paths' own scratch.
+constexpr int64_t kConvertedGroupValues = int64_t{1} << 15;
+// A plane whose input and output floats exceed this stays on the T paths, which convert a row block at a time:
+// converting it whole would take several times the tensor's own memory.
+constexpr int64_t kConvertedPlaneLimit = int64_t{1} << 22;
+
+inline bool converted_planes_apply(const PoolGeometry& g) { return g.in_size + g.out_size <= kConvertedPlaneLimit; }
+
+template <class T>
+void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp);
+
+// Planes of T (float16, bfloat16) through the float paths: every T value is exact in float, and a window's sum and
+// root are the same float operations in the same order on either path, so the roots, rounded to T once by
+// store_block, are the same bits; only the float paths (triple strips, pipelined, fused and side-by-side rows) are
+// vectorised for the plane's geometry.
+template <class T>
+void lp_pool_converted(const T* x, T* y, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
+  using A = AccOf<T>;
+  const int64_t per_plane = g.in_size + g.out_size;
+  const int64_t group = min_of(planes, max_of(int64_t{1}, kConvertedGroupValues / per_plane));
+  ScratchBuffer memory(sizeof(A) * static_cast<size_t>(group * per_plane));
+  A* in = memory.as<A>();
+  A* out = in + group * g.in_size;
+  for (int64_t begin = 0; begin < planes; begin += group) {
+    const int64_t n = min_of(group, planes - begin);
+    load_block(x + begin * g.in_size, in, n * g.in_size);
+    lp_pool_planes<A>(in, out, n, g, lp);
+    store_block(static_cast<const A*>(out), y + begin * g.out_size, n * g.out_size);
+  }
+}
+
 // LpPool over whole planes, each plane by the path its geometry takes.
 template <class T>
 void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry& g, const LpNorm& lp) {
   if constexpr (std::is_same_v<T, AccOf<T>>) {
     if (triple_strips_apply<T>(g, lp)) {
       lp_pool_triple_strips(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
+      return;
+    }
+  } else {
+    if (converted_planes_apply(g)) {
+      lp_pool_converted(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
       return;
     }
   }
