@@ -76,7 +76,9 @@ def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bo
                 if key[0].startswith("openvino:") and ref is not None and not agrees(case, y, ref):
                     notes[key] = "wrong result"
         runners: list[tuple[str, int, Runner]] = [(engine_of(w), t, w) for t in thread_counts for w in workers]
-        samples, kernel_ok = time_interleaved(runners, case.op, rounds, TARGET_S, 3, SAMPLE_S, workers)
+        # each burst right after an untimed run of its own engine: at 1 thread the engines alternate sample by
+        # sample, and the run before (another engine's) would otherwise have evicted the input
+        samples, kernel_ok = time_interleaved(runners, case.op, rounds, TARGET_S, 3, SAMPLE_S, workers, warm_each=True)
         ms = {key: statistics.median(v) * 1e3 for key, v in samples.items()}
         for w in workers:
             isa = engine_of(w)
@@ -104,6 +106,7 @@ def in_cache_table(thread_counts: list[int], workers: list[IsaWorker], small: bo
         + (f" ({', '.join(slower)})" if slower else ""),
         f"- medians of {rounds} interleaved rounds, each sample the mean of a burst of runs of about "
         f"{SAMPLE_S * 1e6:.0f} us; the library on each kernel set in its own process (ONNX_POOLS_ISA forced), PyTorch "
-        "and OpenVINO timed in that process too, samples alternating at 1 thread",
+        "and OpenVINO timed in that process too, samples alternating at 1 thread, each burst right after an untimed "
+        "run of its own engine (the input in cache)",
     ]
     return "\n".join(lines) + "\n", ok_all

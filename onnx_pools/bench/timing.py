@@ -90,19 +90,22 @@ def time_alternating(
     warmup: int = 1,
     start: int = 0,
     warmup_s: float = 0.0,
+    warm_each: bool = False,
 ) -> tuple[list[list[float]], list[int]]:
     """time_runs of several functions whose samples alternate (a sample of each in turn, the order rotating), so
     that a slow stretch of a shared machine hits them alike and sample i of each is comparable: (samples per
     function, calls per function). `target_s` is the time of all functions' samples together; `start`: the
     function whose sample comes first (a caller timing in short calls changes it from call to call); `warmup_s`: the
     warm-up runs of each function last at least this long (after another process ran, the first few hundred
-    microseconds of runs are slower: caches, branch predictors, a core waking up)."""
+    microseconds of runs are slower: caches, branch predictors, a core waking up); `warm_each`: an untimed run
+    right before each burst, so that every sample is timed on the data its own function just read (cache-resident
+    inputs: the function before, another engine, evicts them, and a burst of one run would then be timed cold)."""
     # no cyclic garbage collection inside the timed loop (as timeit): a collection in a process holding torch's and
     # OpenVINO's objects takes milliseconds and would land on whichever function happened to allocate
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _alternate(fns, target_s, min_runs, max_runs, sample_s, runs, warmup, start, warmup_s)
+        return _alternate(fns, target_s, min_runs, max_runs, sample_s, runs, warmup, start, warmup_s, warm_each)
     finally:
         if collecting:
             gc.enable()
@@ -118,6 +121,7 @@ def _alternate(
     warmup: int,
     start: int,
     warmup_s: float,
+    warm_each: bool,
 ) -> tuple[list[list[float]], list[int]]:
     firsts, warmups = [], []
     for fn in fns:
@@ -144,11 +148,13 @@ def _alternate(
     for i in range(start, start + n):
         for k in _sample_order(i, len(fns)):
             fn, burst = fns[k], bursts[k][0]
+            if warm_each:
+                fn()
             t0 = time.perf_counter()
             for _ in range(burst):
                 fn()
             samples[k].append((time.perf_counter() - t0) / burst)
-    return samples, [n * burst + w for (burst, _), w in zip(bursts, warmups)]
+    return samples, [n * (burst + warm_each) + w for (burst, _), w in zip(bursts, warmups)]
 
 
 def _sample_order(i: int, count: int) -> list[int]:

@@ -104,11 +104,11 @@ def _serve() -> int:
                         errors[("openvino", t)] = str(e).splitlines()[0][:200]
             send((outputs, errors))
         elif kind == "time":  # ({engine: samples}, {build: its kernel ran every time})
-            _, op, t, target, min_runs, sample_s, *key = msg
+            _, op, t, target, min_runs, sample_s, warm_each, *key = msg
             engines = runners[(*key, t)]
             before = [count(op) for count in counters]
             turns += 1
-            samples, calls = _time_turn(engines, builds, t, target, min_runs, sample_s, turns)
+            samples, calls = _time_turn(engines, builds, t, target, min_runs, sample_s, turns, warm_each)
             # with the library itself as the baseline the two builds share one counter: it counts both's runs
             ran = {
                 build: count(op) - b == sum(calls[other] for other, c in zip(builds, counters) if c is count)
@@ -130,13 +130,14 @@ def _time_turn(
     min_runs: int,
     sample_s: float,
     turn: int,
+    warm_each: bool = False,
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
     """A worker's turn of a round: (samples per engine, calls per engine), every engine timed for about `target`
     seconds and at least `min_runs` samples. At 1 thread all engines alternate sample by sample (OpenVINO's
     single-thread inference runs on the calling thread, and leaves no thread spinning); at more threads the
     library's builds alternate with each other, and each other engine (stock ORT, PyTorch, OpenVINO) takes a turn of
     its own, followed by a wait until its pool threads stop spinning (they would take a core from the next). Each
-    call starts with another engine, `turn` rotating it."""
+    call starts with another engine, `turn` rotating it; `warm_each`: time_alternating's (cache-resident inputs)."""
     torch = torch_module() if "torch" in engines else None
     if torch is not None:
         torch.set_num_threads(threads)
@@ -152,6 +153,7 @@ def _time_turn(
             sample_s=sample_s,
             start=turn,
             warmup_s=_turn_warmup_s(sample_s),
+            warm_each=warm_each,
         )
         samples.update(zip(group, got))
         calls.update(zip(group, made))
@@ -200,11 +202,11 @@ class IsaWorker:
             raise RuntimeError(f"the benchmark's worker process exited (code {self.process.wait()})") from None
 
     def time(
-        self, op: str, threads: int, target_s: float, runs: int, sample_s: float, *key: Any
+        self, op: str, threads: int, target_s: float, runs: int, sample_s: float, *key: Any, warm_each: bool = False
     ) -> tuple[dict[str, list[float]], dict[str, bool]]:
         """A turn of the worker's engines of the sessions set up for `key` at `threads` (_time_turn): ({engine:
         samples}, {"lib" (and "baseline"): its kernel ran every time})."""
-        samples, ran = self.call("time", op, threads, target_s, runs, sample_s, *key)
+        samples, ran = self.call("time", op, threads, target_s, runs, sample_s, warm_each, *key)
         return samples, ran
 
     def stop(self) -> None:
@@ -294,17 +296,18 @@ def time_interleaved(
     runs: int,
     sample_s: float,
     workers: list[IsaWorker],
+    warm_each: bool = False,
 ) -> tuple[dict[tuple[str, int], list[float]], dict[str, bool]]:
     """(samples in seconds per (engine, threads), the library's kernel ran on each worker's builds): every runner
     (a worker, whose engines are timed in its process and turn: _time_turn; or a callable timed here: the read
     ceiling) timed for `per_round` seconds and at least `runs` runs in each of `rounds` rounds, in turn;
-    the workers' sessions are cleared afterwards."""
+    the workers' sessions are cleared afterwards. `warm_each`: an untimed run before each burst (time_alternating)."""
     samples: dict[tuple[str, int], list[float]] = {}
     kernel_ok = {engine_of(w, b): True for w in workers for b in ("lib", "baseline")[: 1 + w.baseline]}
     for _ in range(rounds):
         for engine, t, fn in runners:
             if isinstance(fn, IsaWorker):
-                got, ran = fn.time(op, t, per_round, runs, sample_s)
+                got, ran = fn.time(op, t, per_round, runs, sample_s, warm_each=warm_each)
                 for e, ts in got.items():
                     samples.setdefault((engine_of(fn, e), t), []).extend(ts)
                 for b, ok in ran.items():
