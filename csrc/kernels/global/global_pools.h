@@ -81,6 +81,14 @@ inline void prefetch_ahead(const void* p, int64_t bytes) {
 // How far ahead the float16 sums without a conversion instruction prefetch their input. Their loops take longer per
 // byte than a plain read; the hardware's prefetchers alone left a stream from L3 or memory waiting on its loads.
 constexpr int64_t kHalvesPrefetchBytes = 8192;
+// How far ahead the long sums and maxima (mapped_sum_streams, max_pairs_unrolled) prefetch on x86-64's baseline
+// build: with its 16-byte loads (twice AVX2's a byte) and the hardware's prefetchers alone, a stream from memory read
+// slower than the AVX2 build's. None on the other builds.
+#if defined(__SSE2__) && !defined(__AVX__)
+constexpr int64_t kNarrowStreamPrefetchBytes = 1024;
+#else
+constexpr int64_t kNarrowStreamPrefetchBytes = 0;
+#endif
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -98,8 +106,13 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
   Loader local[G];
   for (int g = 0; g < G; ++g) local[g] = loads[g];
   int64_t i = 0;
+  constexpr int kLines = L * static_cast<int>(sizeof(T)) / 64;  // cache lines a step reads per channel
   for (; i + L <= n; i += L) {
     for (int g = 0; g < G; ++g) {
+      if constexpr (kNarrowStreamPrefetchBytes > 0) {
+        for (int line = 0; line < kLines; ++line)
+          prefetch_ahead(a + g * stride + i, kNarrowStreamPrefetchBytes + 64 * line);
+      }
       typename S::Value v[K];
       local[g].load(a + g * stride + i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
@@ -477,6 +490,7 @@ template <class A>
   int64_t i = 0;
   for (; i + kStep <= n; i += kStep) {
     const A* q = a + i;
+    for (int line = 0; line < 4; ++line) prefetch_ahead(q, kNarrowStreamPrefetchBytes + 64 * line);  // kStep: 256 bytes
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
       const V s01 = later_first(pair(q + 4 * N + k * N, p2, p3), pair(q + k * N, p0, p1));
