@@ -81,9 +81,9 @@ inline void prefetch_ahead(const void* p, int64_t bytes) {
 // How far ahead the float16 sums without a conversion instruction prefetch their input. Their loops take longer per
 // byte than a plain read; the hardware's prefetchers alone left a stream from L3 or memory waiting on its loads.
 constexpr int64_t kHalvesPrefetchBytes = 8192;
-// How far ahead the long sums and maxima (mapped_sum_streams, max_pairs_unrolled) prefetch on x86-64's baseline
-// build: with its 16-byte loads (twice AVX2's a byte) and the hardware's prefetchers alone, a stream from memory read
-// slower than the AVX2 build's. None on the other builds.
+// How far ahead the long sums and maxima (mapped_sum_streams, max_pairs_unrolled, max_keys) prefetch on x86-64's
+// baseline build: with its 16-byte loads (twice AVX2's a byte) and the hardware's prefetchers alone, a stream from
+// memory read slower than the AVX2 build's. None on the other builds.
 #if defined(__SSE2__) && !defined(__AVX__)
 constexpr int64_t kNarrowStreamPrefetchBytes = 1024;
 #else
@@ -839,6 +839,8 @@ template <int W, int K, class Key>
   };
   int64_t i = 0;
   for (; i + K * W <= n; i += K * W) {
+    if constexpr (kNarrowStreamPrefetchBytes > 0 && K * W * 2 == 64)
+      prefetch_ahead(bits + i, kNarrowStreamPrefetchBytes);
     for (int k = 0; k < K; ++k) step(m[k], load(i + k * W));
   }
   for (; i < n; i += W) step(m[0], load(i + W <= n ? i : n - W));
