@@ -89,6 +89,14 @@ constexpr int64_t kNarrowStreamPrefetchBytes = 1024;
 #else
 constexpr int64_t kNarrowStreamPrefetchBytes = 0;
 #endif
+// The cache lines of a loop step of StepBytes from p on, kNarrowStreamPrefetchBytes ahead (nothing where that is 0,
+// nor for steps shorter than a line).
+template <int StepBytes>
+[[gnu::always_inline]] inline void prefetch_narrow_stream(const void* p) {
+  if constexpr (kNarrowStreamPrefetchBytes > 0) {
+    for (int line = 0; line < StepBytes / 64; ++line) prefetch_ahead(p, kNarrowStreamPrefetchBytes + 64 * line);
+  }
+}
 
 // The sums of map(x) over G channels side by side (channel g at a + g * stride, n >= 2 kLanes elements each, T
 // loaded by loads[g], accumulated in A = AccOf<T>). A channel's logical lane l adds a[i + l] for i in steps of
@@ -106,13 +114,9 @@ void mapped_sum_streams(const T* a, int64_t stride, int64_t n, Map map, Loader* 
   Loader local[G];
   for (int g = 0; g < G; ++g) local[g] = loads[g];
   int64_t i = 0;
-  constexpr int kLines = L * static_cast<int>(sizeof(T)) / 64;  // cache lines a step reads per channel
   for (; i + L <= n; i += L) {
     for (int g = 0; g < G; ++g) {
-      if constexpr (kNarrowStreamPrefetchBytes > 0) {
-        for (int line = 0; line < kLines; ++line)
-          prefetch_ahead(a + g * stride + i, kNarrowStreamPrefetchBytes + 64 * line);
-      }
+      prefetch_narrow_stream<L* static_cast<int>(sizeof(T))>(a + g * stride + i);
       typename S::Value v[K];
       local[g].load(a + g * stride + i, v);
       for (int k = 0; k < K; ++k) acc[g][k] += map(v[k]);
@@ -490,7 +494,7 @@ template <class A>
   int64_t i = 0;
   for (; i + kStep <= n; i += kStep) {
     const A* q = a + i;
-    for (int line = 0; line < 4; ++line) prefetch_ahead(q, kNarrowStreamPrefetchBytes + 64 * line);  // kStep: 256 bytes
+    prefetch_narrow_stream<kStep* static_cast<int>(sizeof(A))>(q);
 #pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
       const V s01 = later_first(pair(q + 4 * N + k * N, p2, p3), pair(q + k * N, p0, p1));
@@ -839,8 +843,7 @@ template <int W, int K, class Key>
   };
   int64_t i = 0;
   for (; i + K * W <= n; i += K * W) {
-    if constexpr (kNarrowStreamPrefetchBytes > 0 && K * W * 2 == 64)
-      prefetch_ahead(bits + i, kNarrowStreamPrefetchBytes);
+    if constexpr (K * W * 2 == 64) prefetch_narrow_stream<64>(bits + i);
     for (int k = 0; k < K; ++k) step(m[k], load(i + k * W));
   }
   for (; i < n; i += W) step(m[0], load(i + W <= n ? i : n - W));

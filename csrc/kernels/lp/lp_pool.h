@@ -1340,11 +1340,9 @@ void lp_pool_planes(const void* xv, void* yv, int64_t planes, const PoolGeometry
       lp_pool_triple_strips(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
       return;
     }
-  } else {
-    if (converted_planes_apply(g)) {
-      lp_pool_converted(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
-      return;
-    }
+  } else if (converted_planes_apply(g)) {
+    lp_pool_converted(static_cast<const T*>(xv), static_cast<T*>(yv), planes, g, lp);
+    return;
   }
   lp_pool_planes_by_geometry<T>(xv, yv, planes, g, lp);
 }
