@@ -33,6 +33,7 @@ __all__ = [
     "call_counts",
     "get_library_path",
     "lp_windows_recomputed",
+    "qlinear_row_kernel_units",
     "reset_call_counts",
     "session_options",
 ]
@@ -72,6 +73,7 @@ _ENTRY_POINTS: dict[str, tuple[Any, list[Any]]] = {
     "onnx_pools_op_taken_by_default": (_I, [_I]),
     "onnx_pools_ort_runs_float16_natively": (_I, []),
     "onnx_pools_lp_windows_recomputed": (_U64, []),
+    "onnx_pools_qlinear_row_kernel_units": (_U64, []),
 }
 # Entry points a build of the library may lack: builds that predate them (e.g. one timed by bench --baseline).
 _LATER_ENTRY_POINTS = (
@@ -79,6 +81,7 @@ _LATER_ENTRY_POINTS = (
     "onnx_pools_op_taken_by_default",
     "onnx_pools_ort_runs_float16_natively",
     "onnx_pools_lp_windows_recomputed",
+    "onnx_pools_qlinear_row_kernel_units",
 )
 
 
@@ -496,6 +499,12 @@ def lp_windows_recomputed() -> int:
     """LpPool windows this process's kernels recomputed exactly (scaled, in double) because their fast sums could not
     be trusted (subnormal, huge or non-finite values): a diagnostic of that slow path, which zeros do not take."""
     return int(_library().onnx_pools_lp_windows_recomputed())
+
+
+def qlinear_row_kernel_units() -> int:
+    """QLinearAveragePool units (NCHW planes, NHWC images) this process's kernels pooled with the 3x3 stride-1 pads-1
+    row kernel: a diagnostic of that fast path, which each ISA takes by its own rule."""
+    return int(_library().onnx_pools_qlinear_row_kernel_units())
 
 
 def active_isa() -> str:

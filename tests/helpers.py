@@ -527,7 +527,8 @@ def check_qlinear_against_reference_and_stock(
 def qlinear_3x3_cases(seed: int, shapes: Sequence[Sequence[int]], scales: Sequence[tuple[float, float, str]]) -> list:
     """Cases (x, x_scale, x_zero_point, y_scale, y_zero_point, count_include_pad) for 3x3 windows with pads 1: both
     8-bit types, each shape, each (x_scale, y_scale, zero points) of scales, both count_include_pad values. Zero
-    points: "equal" (the middle of the range, both), "low high" / "high low" (the range's ends), "random"."""
+    points: "equal" (the middle of the range, both), "near middle" (3 below it, 5 above it), "low high" / "high low"
+    (the range's ends), "random"."""
     rng = np.random.default_rng(seed)
     out = []
     for dtype in (np.uint8, np.int8):
@@ -537,6 +538,8 @@ def qlinear_3x3_cases(seed: int, shapes: Sequence[Sequence[int]], scales: Sequen
                 for cip in (0, 1):
                     if zps == "equal":
                         xz = yz = 128 if dtype == np.uint8 else 0
+                    elif zps == "near middle":
+                        xz, yz = (128 - 3, 128 + 5) if dtype == np.uint8 else (-3, 5)
                     elif zps == "low high":
                         xz, yz = lo, hi
                     elif zps == "high low":

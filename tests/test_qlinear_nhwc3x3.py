@@ -1,11 +1,12 @@
-"""QLinearAveragePool's one-pass path for NHWC images with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = C, the
-avx2 and avx512 builds; portable takes QLinearStreamPlan's passes, checked here the same way): images of at least 2
-channels and 16 values a row. Pins channel counts below, at and off the vector length (vectors reaching column 0 or
-w - 1 with lanes of several columns), images of 1 to 4 rows or columns, rows without a row above or below, rows too
-short for the kernel (sent elsewhere), the rounding ties of equal scales (count 4 and 6 windows at the edges land
-on exact .5) and of scales whose ratio puts count 9 windows on ties (settled from the exact value, then as ORT
-does), zero points at the range ends, batches. Checked against the float64 reference away from ties and against
-stock ORT (identical: the ties are ORT's own float sequence), on every ISA path.
+"""QLinearAveragePool's one-pass path for NHWC images with 3x3 windows, stride 1 and pads 1 (Rows3x3Pool with d = C;
+images of at least 2 channels and 16 values a row with AVX2's and AVX-512's 8 lanes, 8 with SSE2's and NEON's 4, and
+with SSE2 only where the middle windows take a ShortRule; the others take QLinearStreamPlan's passes, checked here
+the same way). Pins channel counts below, at and off the vector length (vectors reaching column 0 or w - 1 with lanes
+of several columns), images of 1 to 4 rows or columns, rows without a row above or below, rows too short for the
+kernel (sent elsewhere), the rounding ties of equal scales (count 4 and 6 windows at the edges land on exact .5) and
+of scales whose ratio puts count 9 windows on ties (settled from the exact value, then as ORT does), zero points at
+the range ends, batches. Checked against the float64 reference away from ties and against stock ORT (identical: the
+ties are ORT's own float sequence), on every ISA path.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from reference_qlinear import near_tie, qlinear_average_pool
 
 # (N, H, W, C): 16 values a row (the least the path takes) in 2 and 8 channels; one row; one and two columns;
 # odd channel counts below, between and above vector lengths; a row of 15 values (not taken: the streamed path);
-# an image of 4608 values
+# an image of 4608 values; rows of 8 values (the least with 4 lanes)
 SHAPES = [
+    (1, 3, 4, 2),
     (1, 3, 8, 2),
     (1, 1, 16, 3),
     (2, 2, 3, 7),
@@ -35,8 +37,10 @@ SHAPES = [
 # 0.045 / 0.01 (4.5) put count 9 windows near ties too, so the middle columns' marks are settled; equal scales of
 # 1e-32 (below 2^-100) settle the edges' ties after the float pass instead of taking ORT's value for every edge window;
 # equal scales with the zero points at the range's ends: the 9-element windows' whole values (Ties::Whole, by a
-# ShortRule) saturated
+# ShortRule) saturated; 0.0452 / 0.0224 with zero points near the middle: 9-element windows on a tie at four
+# differences common in random images
 SCALES = [
+    (0.0452, 0.0224, "near middle"),
     (0.05, 0.05, "equal"),
     (1e-32, 1e-32, "equal"),
     (0.05, 0.05, "low high"),

@@ -381,6 +381,7 @@ ONNX_POOLS_EXPORT void onnx_pools_reset_call_counts() {
 }
 ONNX_POOLS_EXPORT const char* onnx_pools_isa() { return kernels().isa; }
 ONNX_POOLS_EXPORT uint64_t onnx_pools_lp_windows_recomputed() { return lp_windows_recomputed(); }
+ONNX_POOLS_EXPORT uint64_t onnx_pools_qlinear_row_kernel_units() { return qlinear_row_kernel_units(); }
 // The session config keys RegisterCustomOps reads, by what they select ("ops", "types", "ort_layout"); nullptr for
 // anything else.
 ONNX_POOLS_EXPORT const char* onnx_pools_config_key(const char* what) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/common/diagnostics.h"
 #include "kernels/common/per_isa.h"
 #include "kernels/common/scratch.h"
 #include "kernels/common/simd.h"
@@ -295,8 +296,10 @@ void qlinear_pool(const void* x, void* y, int64_t units, int64_t channels, const
     // (on the heap: a thread-local's own address, propagated into its methods, is looked up at each use)
     thread_local std::unique_ptr<Rows3x3Pool<Q>> pool;
     if (!pool || !pool->made_for(g, q, channels)) pool = std::make_unique<Rows3x3Pool<Q>>(g, q, channels);
-    pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
-    return;
+    if (pool->preferred()) {
+      count_qlinear_row_kernel_units(static_cast<uint64_t>(units));
+      return pool->run(static_cast<const Q*>(x), static_cast<Q*>(y), units);
+    }
   }
   // One window over each whole unit: its sums at once; otherwise NCHW planes that fit in cache take QLinearPlan's
   // whole-plane passes (longer loops than rows), small ones its summed-area path; larger planes and NHWC images

@@ -25,14 +25,9 @@ namespace onnx_pools {
 namespace ONNX_POOLS_ISA {
 namespace {
 
-// The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter). Taken with
-// 8 lanes, and on NEON (with SSE2's 4 the general path is faster).
+// The lane count outside the template (GCC 12 drops a vector_size depending on a template parameter): 8 with AVX2
+// and AVX-512, 4 with SSE2 and NEON (every path takes the row kernel: at 4 lanes it still beats the general one).
 constexpr int kRowLanes = RequantiseLanes<uint8_t>::kLength;
-#if defined(__ARM_NEON)
-constexpr bool kRows3x3 = true;
-#else
-constexpr bool kRows3x3 = kRowLanes == 8;
-#endif
 
 // Which neighbour rows the windows of an output row have (above, below, both or neither: a one-row input).
 enum class WindowRows { Both, BelowOnly, AboveOnly, Neither };
@@ -45,6 +40,9 @@ constexpr int row_count(WindowRows w) { return 1 + has_above(w) + has_below(w); 
 // decides every value (OrtOnly: within 3e-4 of the exact value, which, not on a tie, is at least 1/18 from one).
 // Whole (the middle only): None, and every value the window can hold given exactly by a ShortRule, in int16.
 enum class Ties { None, Rare, OrtOnly, Whole };
+
+// A difference no window holds (9 x 255 at most): an empty slot of a list of differences.
+constexpr int16_t kNoDifference = std::numeric_limits<int16_t>::min();
 
 // The requantisation of the windows of one element count in int16 lanes, without floats: y = (((difference +
 // offset) as uint16 x multiplier) >> (16 + shift)) + add, wrapping in int16, saturated to Q's range. Found by
@@ -141,8 +139,18 @@ class Rows3x3Pool {
            q.y_zero_point == q_.y_zero_point && q.count_include_pad == q_.count_include_pad && h_ == g.axes[0].in &&
            w_ == g.axes[1].in && d_ == channels;
   }
+  // Whether this pool beats the general path for its parameters: always with 8 lanes, on NEON and on NCHW planes;
+  // with SSE2's 4 lanes an image's rows only where their middle windows take a ShortRule (rows: Ties::Whole; the
+  // float pass at 4 lanes is slower than the streamed passes').
+  bool preferred() const {
+#if defined(__ARM_NEON)
+    return true;
+#else
+    return kRowLanes == 8 || d_ == 1 || (middle_[3] == Ties::None && short_rule_[3].found);
+#endif
+  }
   static bool applies(const PoolGeometry& g, int64_t channels) {
-    if (!kRows3x3 || g.axes.size() != 2) return false;
+    if (g.axes.size() != 2) return false;
     for (const AxisGeometry& a : g.axes) {
       if (a.kernel != 3 || a.stride != 1 || a.dilation != 1 || a.pad_begin != 1 || a.out != a.in) return false;
     }
@@ -180,6 +188,10 @@ class Rows3x3Pool {
         kind[rows][cols] = equal ? (odd ? Ties::None : even) : marked ? Ties::Rare : Ties::None;
       }
       middle_[rows] = kind[rows][3];
+      // a few differences marked (and values within int32): the middle's steps look for them instead of taking the
+      // float pass's marks (listed_marks)
+      if (middle_[rows] == Ties::Rare && std::fabs(scale_[rows][3]) < 0x1p19f)
+        marks_listed_[rows] = marked_differences(3 * rows, mark_list_[rows], kMarkList) <= kMarkList;
       edge_kind_ = max_of(edge_kind_, kind[rows][2]);
       if (middle_[rows] == Ties::None) short_rule_[rows] = remembered_short_rule(requantiser_, 3 * rows);
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
@@ -358,6 +370,48 @@ class Rows3x3Pool {
     y[h * w - 1] = static_cast<Q>(pairs[h]);
   }
 
+  // The kStep values of the middle from i (column sums at sums, output at out) by the float pass, its marks settled:
+  // in a block of a plane's rows from row r (in_block, settled_in_block), else in row r (settled).
+  template <WindowRows kRows>
+  __attribute__((noinline)) void settled_step(const Q* x, int64_t r, bool in_block, const int16_t* sums, int64_t i,
+                                              Q* out) {
+    constexpr int rows_valid = row_count(kRows);
+    const Floats scale = Floats{} + scale_[rows_valid][3];
+    const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
+    const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+    const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
+    Ints outs[4];
+    for (int v = 0; v < 4; ++v) {
+      Ints marked;
+      outs[v] = Lanes::requantised(difference[v], scale, zero_point, marked);
+      if (!Lanes::any(marked)) continue;
+      const int64_t at = i + v * kLength;
+      outs[v] = in_block ? settled_in_block(x, r, at, difference[v], marked, outs[v])
+                         : settled(dequantised_rows(x, r, kRows, true), at, rows_valid, difference[v], marked, outs[v]);
+    }
+    Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
+  }
+
+  // Requantiser::settled on the marked lanes of the middle's windows of values [i, i + kLength) of a block of a
+  // plane's rows from row r (the rows lie together), each lane's row and column from its index; ORT's output of a
+  // window as ort_output_2d. The first and last value of a row are left: plane_edge_columns redoes them.
+  __attribute__((noinline)) Ints settled_in_block(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks,
+                                                  Ints rounded) const {
+    Ints out = rounded;
+    for (int k = 0; k < kLength; ++k) {
+      const int64_t at = i + k, row = r + at / w_, col = at % w_;
+      if (!marks[k] || col == 0 || col == w_ - 1) continue;
+      out[k] = requantiser_.settled(difference[k], 9, [&] {
+        float sum = 0;
+        for (int64_t t = row - 1; t <= row + 1; ++t) {
+          for (int64_t c = col - 1; c <= col + 1; ++c) sum += ort_dequantised(x[t * w_ + c], q_);
+        }
+        return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, 9, q_)));
+      });
+    }
+    return out;
+  }
+
   // ORT's output (as ort_output_2d) of the window of row r of a plane whose columns are col and col + 1.
   int32_t ort_edge(const Q* x, int64_t r, int64_t col) const {
     float sum = 0;
@@ -411,7 +465,9 @@ class Rows3x3Pool {
     if (edge == Ties::OrtOnly)
       return whole ? rows<kRows, Ties::Whole, Ties::OrtOnly>(x, y, begin, end)
                    : rows<kRows, Ties::None, Ties::OrtOnly>(x, y, begin, end);
-    if (edge == Ties::Rare) return rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
+    if (edge == Ties::Rare)  // (no blocks: the rows' ends take their own scales)
+      return short_rule_[row_count(kRows)].found ? rows<kRows, Ties::Whole, Ties::Rare>(x, y, begin, end)
+                                                 : rows<kRows, Ties::None, Ties::Rare>(x, y, begin, end);
     return whole ? rows<kRows, Ties::Whole, Ties::None>(x, y, begin, end)
                  : rows<kRows, Ties::None, Ties::None>(x, y, begin, end);
   }
@@ -429,10 +485,13 @@ class Rows3x3Pool {
     const float* edge_scale[2] = {edge_lanes(rows_valid, 0, 0), edge_lanes(rows_valid, 1, 0)};
     const float* edge_count[2] = {edge_lanes(rows_valid, 0, 1), edge_lanes(rows_valid, 1, 1)};
     const ShortRule rule = short_rule_[rows_valid];
+    const bool marks_listed = marks_listed_[rows_valid];
+    const int16_t* const mark_list = mark_list_[rows_valid];
     const int16_t* sums = nullptr;         // the row's (or block's) column sums, d zeros on each side
     const float* const* rows_f = nullptr;  // where every vector of the middle or of the edges needs them
     Q* yr = nullptr;
     int64_t r = begin;
+    bool in_block = false;  // the steps run in a block of a plane's rows (settled_step)
     // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
     auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
       return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
@@ -495,12 +554,17 @@ class Rows3x3Pool {
         }
 #endif
         const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
+        // the marks listed: a step holding none of their differences has none, and takes the float pass as None
+        const bool unmarked = kMiddle == Ties::None || (kMiddle == Ties::Rare && marks_listed);
+        if (kMiddle == Ties::Rare && marks_listed &&
+            Lanes::any(Ints(listed_marks(a, mark_list) | listed_marks(b, mark_list))))
+          return settled_step<kRows>(x, r, in_block, sums, i, out);
         const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
         Ints marked[4];
         for (int v = 0; v < 4; ++v) {
           const Floats scale_v = per_value ? Lanes::floats_at(block_scales_ + i + v * kLength) : scale;
 #if defined(__AVX2__)
-          if constexpr (kMiddle == Ties::None) {  // no marks: narrow's saturating packs clamp
+          if (unmarked) {  // no marks: narrow's saturating packs clamp
             outs[v] =
                 Lanes::template rounded<Ints>(__builtin_convertvector(difference[v], Floats) * scale_v + zero_point);
             continue;
@@ -508,8 +572,11 @@ class Rows3x3Pool {
 #endif
           outs[v] = Lanes::requantised(difference[v], scale_v, zero_point, marked[v]);
         }
-        for (int v = 0; kMiddle == Ties::Rare && v < 4; ++v)
-          if (Lanes::any(marked[v])) outs[v] = settle(i + v * kLength, difference[v], marked[v], outs[v]);
+        // (a step with marks is done again out of line, at the middle's one scale: no vector is live across a call,
+        // none spilled)
+        static_assert(!(kMiddle == Ties::Rare && decltype(per_value)::value), "marks at per-value scales");
+        if (kMiddle == Ties::Rare && !unmarked && Lanes::any((marked[0] | marked[1]) | (marked[2] | marked[3])))
+          return settled_step<kRows>(x, r, in_block, sums, i, out);
       }
       Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
     };
@@ -517,10 +584,11 @@ class Rows3x3Pool {
     // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
     // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns). Where
     // plane_edge_columns redoes the first and last value of every row, the rows lie together instead, as in x and
-    // y, and the steps store straight to y.
-    const bool blocks = kRows == WindowRows::Both && kEdge == Ties::None && block_rows_ > 1 &&
-                        (kMiddle == Ties::None || kMiddle == Ties::Whole) &&
-                        (q_.count_include_pad || edge_columns_ || (kMiddle == Ties::None && block_scales_));
+    // y, and the steps store straight to y; there the middle's marks (Rare) are settled in the block too.
+    const bool unmarked_blocks = kEdge == Ties::None && (kMiddle == Ties::None || kMiddle == Ties::Whole) &&
+                                 (q_.count_include_pad || edge_columns_ || (kMiddle == Ties::None && block_scales_));
+    const bool blocks =
+        kRows == WindowRows::Both && block_rows_ > 1 && (unmarked_blocks || (kMiddle == Ties::Rare && plane_edges_));
     const int64_t gap = plane_edges_ ? 0 : d;
     Q* const block_out = block_out_;
     for (; blocks && r + 1 < end; r += block_rows_) {
@@ -531,7 +599,10 @@ class Rows3x3Pool {
       auto steps = [&](auto per_value) {
         for (int64_t i = 0; i < length; i += kStep) step(min_of(i, length - kStep), out, per_value);
       };
-      kMiddle == Ties::None&& block_scales_ ? steps(std::true_type{}) : steps(std::false_type{});
+      in_block = true;
+      if constexpr (kMiddle == Ties::None) block_scales_ ? steps(std::true_type{}) : steps(std::false_type{});
+      else steps(std::false_type{});
+      in_block = false;
       for (int64_t k = 0; gap != 0 && k < rows; ++k) copy_row(block_out + k * (n + d), y + (r + k) * n);
     }
     if (r < end) column_sums<kRows>(x + r * n, row_sums(r));
@@ -701,6 +772,13 @@ class Rows3x3Pool {
                           Lanes::half_shorts_at(sums + i + d_));
   }
 
+  // Lanes (all ones) whose difference is one of a row kind's listed marked differences.
+  static Shorts listed_marks(Shorts difference, const int16_t* list) {
+    Shorts hit = difference == list[0];
+    for (int k = 1; k < kMarkList; ++k) hit |= difference == list[k];
+    return hit;
+  }
+
   // A vector of window values requantised by a ShortRule.
   template <class S>
   static S whole(S difference, const ShortRule& rule) {
@@ -719,19 +797,28 @@ class Rows3x3Pool {
   }
 
   // Whether the float pass marks any window of `valid` elements (1..9), every sum it can hold tried.
-  bool marks(int valid) const {
+  bool marks(int valid) const { return marked_differences(valid, nullptr, 0) > 0; }
+
+  // The differences whose windows of `valid` elements (1..9) the float pass marks, every one tried: how many, and
+  // the first `capacity` of them in out.
+  int marked_differences(int valid, int16_t* out, int capacity) const {
     const int32_t lowest = valid * (std::numeric_limits<Q>::min() - q_.x_zero_point);
     const int32_t highest = valid * (std::numeric_limits<Q>::max() - q_.x_zero_point);
     const Floats scale = Floats{} + static_cast<float>(requantiser_.window_scale(valid));
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
-    Ints any{};
+    int count = 0;
     for (int32_t s = lowest; s <= highest; s += kLength) {
       const Ints difference = Lanes::iota() + s;
       Ints marked;
       Lanes::requantised(Lanes::select(difference <= highest, difference, Ints{} + highest), scale, zero_point, marked);
-      any |= marked;
+      if (!Lanes::any(marked)) continue;
+      for (int k = 0; k < kLength; ++k) {
+        if (!marked[k] || difference[k] > highest) continue;
+        if (count < capacity) out[count] = static_cast<int16_t>(difference[k]);
+        ++count;
+      }
     }
-    return Lanes::any(any);
+    return count;
   }
 
   const QLinearParams q_;
@@ -742,6 +829,12 @@ class Rows3x3Pool {
   float scale_[4][4] = {};                    // [rows][columns] of a window: its float scale
   ShortRule short_rule_[4];                   // [rows]: of the windows of three columns (Ties::Whole)
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
+  static constexpr int kMarkList = 4;         // differences of mark_list_
+  bool marks_listed_[4] = {};                 // [rows]: the middle's marked differences are in mark_list_ (Rare)
+  int16_t mark_list_[4][kMarkList] = {{kNoDifference, kNoDifference, kNoDifference, kNoDifference},
+                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference},
+                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference},
+                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference}};
   int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
   float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
