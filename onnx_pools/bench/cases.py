@@ -12,6 +12,7 @@ from onnx_pools.ortvalues import bfloat16
 
 __all__ = [
     "Case",
+    "QLINEAR_CONFIGS",
     "TORCH_CALLS",
     "TorchCall",
     "build_model",
@@ -136,6 +137,10 @@ def with_torch_call(case: Case, name: str | None) -> Case:
 LP3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "p": 2}
 LP2X2_ATTRS = {"kernel_shape": [2, 2], "strides": [2, 2], "p": 3}
 Q3X3_ATTRS = {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}
+# QLinearAveragePool's configurations (with count_include_pad 0 and 1; qlinear_params): "distinct" scales 0.02 /
+# 0.015, whose ratio 4/3 gives every window a short integer rule; "equal" ones; "arbitrary" 0.0371 / 0.0297 with
+# zero points off the middle, as a calibration picks them, whose float pass marks windows near a tie.
+QLINEAR_CONFIGS = tuple(f"{scales} cip{cip}" for scales in ("distinct", "equal", "arbitrary") for cip in (0, 1))
 
 
 def _case(
@@ -196,7 +201,7 @@ def make_cases() -> list[Case]:
             )
             for short, dtype in (("u8", "uint8"), ("s8", "int8"))
             for layout in ("NCHW", "NHWC")
-            for config in ("distinct cip0", "distinct cip1", "equal cip0", "equal cip1")
+            for config in QLINEAR_CONFIGS
         ],
         _case("GlobalAveragePool f64", "GlobalAveragePool", "float64", (4, 256, 56, 56), torch_call=GAP),
         _case("GlobalMaxPool f32", "GlobalMaxPool", "float32", (1, 2048, 7, 7), torch_call=GMP),
@@ -260,10 +265,13 @@ def onnx_type(dtype: str) -> int:
 
 def qlinear_params(case: Case) -> tuple[float, int, float, int]:
     """(x_scale, x_zero_point, y_scale, y_zero_point) of a QLinearAveragePool case: distinct by default, equal
-    scales and zero points (what a TFLite-style quantized average pool has) for the "equal" cases."""
+    scales and zero points (what a TFLite-style quantized average pool has) for the "equal" cases, scales and zero
+    points as a calibration picks them for the "arbitrary" ones (see QLINEAR_CONFIGS)."""
     mid = 128 if case.dtype == "uint8" else 0
     if "equal" in case.label:
         return 0.02, mid, 0.02, mid
+    if "arbitrary" in case.label:
+        return 0.0371, mid - 3, 0.0297, mid + 5
     return 0.02, mid, 0.015, mid - 8
 
 

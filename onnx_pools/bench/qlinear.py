@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 import onnx_pools
-from onnx_pools.bench.cases import Q3X3_ATTRS, QAVG3X3, Case, build_model, make_input, small_shape
+from onnx_pools.bench.cases import Q3X3_ATTRS, QAVG3X3, QLINEAR_CONFIGS, Case, build_model, make_input, small_shape
 from onnx_pools.bench.engines import library_at, short_spin, torch_module
 from onnx_pools.bench.timing import time_alternating, time_runs
 
@@ -34,7 +34,7 @@ def qlinear_cases() -> list[Case]:
         )
         for layout in ("NCHW", "NHWC")
         for short, dtype in (("u8", "uint8"), ("s8", "int8"))
-        for config in ("distinct cip0", "distinct cip1", "equal cip0", "equal cip1")
+        for config in QLINEAR_CONFIGS
     ]
 
 

@@ -30,7 +30,9 @@ struct ByteLanes {
 #endif
   typedef int32_t Ints __attribute__((vector_size(kLength * 4)));
   typedef float Floats __attribute__((vector_size(kLength * 4)));
-  typedef int16_t Shorts __attribute__((vector_size(kLength * 4)));  // twice the lanes, as wide as Ints
+  typedef int16_t Shorts __attribute__((vector_size(kLength * 4)));      // twice the lanes, as wide as Ints
+  typedef int32_t HalfInts __attribute__((vector_size(kLength * 2)));    // half of Ints' lanes
+  typedef double HalfDoubles __attribute__((vector_size(kLength * 4)));  // as many, as wide as Ints
   typedef Q Bytes __attribute__((vector_size(kLength)));
   typedef Q WideBytes __attribute__((vector_size(kLength * 2)));
   // unaligned views, for loads and stores of whole vectors

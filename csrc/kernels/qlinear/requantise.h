@@ -217,6 +217,51 @@ struct Requantiser {
     return near_tie(exact) ? ort() : to_quantized<Q>(exact);
   }
 
+  // settled on each lane of a vector V of int32 lanes, without branches (a tie-heavy scale ratio marks half the
+  // lanes, unpredictably): windows of `valid` (>= 1) elements, ORT's outputs given (ort). In doubles a half of V at a
+  // time (H: half V's lanes, D: as many doubles), as wide as the ISA's vectors: GCC does wider ones lane by lane.
+  template <class V, class H, class D>
+  V settled_lanes(V difference, V valid, V ort) const {
+    if (marks_are_ties) return ort;
+    static_assert(sizeof(H) * 2 == sizeof(V) && sizeof(D) == sizeof(H) * 2, "V in two halves, in doubles");
+    using Mask = decltype(D{} < D{});  // int64 lanes
+    constexpr double qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
+    const H differences[2] = {low_half<H>(difference), high_half<H>(difference)};
+    const H valids[2] = {low_half<H>(valid), high_half<H>(valid)}, orts[2] = {low_half<H>(ort), high_half<H>(ort)};
+    H out[2];
+    for (int half = 0; half < 2; ++half) {
+      // window_scale's, as a vector (lane by lane through memory, each store would stall the vector's load)
+      const H count = count_include_pad ? H{} + static_cast<int32_t>(kernel_size) : valids[half];
+      const D scale = ratio / __builtin_convertvector(count, D);
+      D exact = __builtin_convertvector(differences[half], D) * scale + y_zero;
+      const Mask low = exact<qmin, high = exact> qmax;  // clamp_to
+      exact = D((low & Mask(D{} + qmin)) | (high & Mask(D{} + qmax)) | (~(low | high) & Mask(exact)));
+      const D rounded = (exact + kRoundMagicDouble) - kRoundMagicDouble;  // round_half_even
+      const D magnitude = D(Mask(exact - rounded) & std::numeric_limits<int64_t>::max());
+      const H tie = __builtin_convertvector(magnitude > kTieBand, H);  // near_tie
+      out[half] = (tie & orts[half]) | (~tie & __builtin_convertvector(rounded, H));
+    }
+    return joined<V>(out[0], out[1]);
+  }
+
+  // The halves of a vector of 4 or 8 lanes, and two joined (in registers: through memory the wide load of two
+  // narrow stores stalls).
+  template <class H, class V>
+  static H low_half(V v) {
+    if constexpr (sizeof(V) / sizeof(v[0]) == 8) return __builtin_shufflevector(v, v, 0, 1, 2, 3);
+    else return __builtin_shufflevector(v, v, 0, 1);
+  }
+  template <class H, class V>
+  static H high_half(V v) {
+    if constexpr (sizeof(V) / sizeof(v[0]) == 8) return __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    else return __builtin_shufflevector(v, v, 2, 3);
+  }
+  template <class V, class H>
+  static V joined(H low, H high) {
+    if constexpr (sizeof(V) / sizeof(low[0]) == 8) return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
+    else return __builtin_shufflevector(low, high, 0, 1, 2, 3);
+  }
+
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
   // must settle, and returns whether there are any. int16 sums: span() over stretches of values sharing
   // zero_sum and scale; wider sums: run_wide().

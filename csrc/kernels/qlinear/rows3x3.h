@@ -8,6 +8,7 @@
 // A per-ISA kernel header (kernels/common/per_isa.h): compiled once per instruction set with that set's flags.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "kernels/common/scratch.h"
 #include "kernels/common/simd.h"
 #include "kernels/common/window_geometry.h"
+#include "kernels/common/windows.h"
 #include "kernels/kernels.h"
 #include "kernels/qlinear/requantise.h"
 
@@ -130,6 +132,8 @@ class Rows3x3Pool {
   static constexpr int64_t kBlockValues = 1024;  // values of a block of short rows (see rows)
   using Ints = typename Lanes::Ints;
   using Floats = typename Lanes::Floats;
+  using HalfInts = typename Lanes::HalfInts;
+  using HalfDoubles = typename Lanes::HalfDoubles;
   using Shorts = typename Lanes::Shorts;
 
  public:
@@ -162,6 +166,7 @@ class Rows3x3Pool {
   Rows3x3Pool(const PoolGeometry& g, const QLinearParams& q, int64_t channels)
       : q_(q),
         requantiser_(q, g.kernel_size),
+        plane_(rows_and_columns(g)),
         h_(g.axes[0].in),
         w_(g.axes[1].in),
         d_(channels),
@@ -177,6 +182,7 @@ class Rows3x3Pool {
       const int64_t at = k % (n_ + d_), columns = 1 + (at >= d_) + (at < n_ - d_);
       block_scales_[k] = at < n_ ? static_cast<float>(requantiser_.window_scale(3 * columns)) : 0.0f;
     }
+    std::fill_n(&mark_list_[0][0], 4 * kMarkList, kNoDifference);
     Ties kind[4][4] = {};  // [rows][columns] of a window
     for (int rows = 1; rows <= 3; ++rows) {
       for (int cols = 1; cols <= 3; ++cols) {
@@ -341,11 +347,11 @@ class Rows3x3Pool {
             const int64_t p = p0 + lane;
             if (marked_left[lane] && p < h) {
               left[lane] =
-                  requantiser_.settled(difference_left[lane], rows_left[lane] * 2, [&] { return ort_edge(x, p, 0); });
+                  requantiser_.settled(difference_left[lane], rows_left[lane] * 2, [&] { return ort_window(x, p, 0); });
             }
             if (marked_right[lane] && p >= 1 && p <= h) {
               right[lane] = requantiser_.settled(difference_right[lane], rows_right[lane] * 2,
-                                                 [&] { return ort_edge(x, p - 1, w - 2); });
+                                                 [&] { return ort_window(x, p - 1, w - 1); });
             }
           }
         }
@@ -387,42 +393,27 @@ class Rows3x3Pool {
       if (!Lanes::any(marked)) continue;
       const int64_t at = i + v * kLength;
       outs[v] = in_block ? settled_in_block(x, r, at, difference[v], marked, outs[v])
-                         : settled(dequantised_rows(x, r, kRows, true), at, rows_valid, difference[v], marked, outs[v]);
+                         : settled_in_row<kRows>(x, r, at, difference[v], marked, outs[v]);
     }
     Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
   }
 
   // Requantiser::settled on the marked lanes of the middle's windows of values [i, i + kLength) of a block of a
-  // plane's rows from row r (the rows lie together), each lane's row and column from its index; ORT's output of a
-  // window as ort_output_2d. The first and last value of a row are left: plane_edge_columns redoes them.
+  // plane's rows from row r (the rows lie together), each lane's row and column from its index. The first and last
+  // value of a row are left: plane_edge_columns redoes them.
   __attribute__((noinline)) Ints settled_in_block(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks,
                                                   Ints rounded) const {
     Ints out = rounded;
     for (int k = 0; k < kLength; ++k) {
       const int64_t at = i + k, row = r + at / w_, col = at % w_;
       if (!marks[k] || col == 0 || col == w_ - 1) continue;
-      out[k] = requantiser_.settled(difference[k], 9, [&] {
-        float sum = 0;
-        for (int64_t t = row - 1; t <= row + 1; ++t) {
-          for (int64_t c = col - 1; c <= col + 1; ++c) sum += ort_dequantised(x[t * w_ + c], q_);
-        }
-        return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, 9, q_)));
-      });
+      out[k] = requantiser_.settled(difference[k], 9, [&] { return ort_window(x, row, col); });
     }
     return out;
   }
 
-  // ORT's output (as ort_output_2d) of the window of row r of a plane whose columns are col and col + 1.
-  int32_t ort_edge(const Q* x, int64_t r, int64_t col) const {
-    float sum = 0;
-    const int64_t top = max_of<int64_t>(r - 1, 0), bottom = min_of<int64_t>(r + 1, h_ - 1);
-    for (int64_t row = top; row <= bottom; ++row) {
-      sum += ort_dequantised(x[row * w_ + col], q_);
-      sum += ort_dequantised(x[row * w_ + col + 1], q_);
-    }
-    const int64_t count = q_.count_include_pad ? 9 : 2 * (bottom - top + 1);
-    return to_quantized<Q>(clamp_to<Q>(ort_requantised(sum, count, q_)));
-  }
+  // ORT's output of the window of output value (r, col) of a plane (d_ == 1).
+  int32_t ort_window(const Q* x, int64_t r, int64_t col) const { return ort_output_2d(x, plane_, 1, 0, r, col, q_, 9); }
 
   // ORT's output (OrtOnly) of the windows of the first and last d values of each row where d < kLength (a few
   // lanes of their vectors), kLength rows at a time. Such a window has two columns (W >= 3), dequantised first.
@@ -492,10 +483,6 @@ class Rows3x3Pool {
     Q* yr = nullptr;
     int64_t r = begin;
     bool in_block = false;  // the steps run in a block of a plane's rows (settled_step)
-    // a vector's marks settled (Requantiser::settled), with the whole dequantised rows
-    auto settle = [&](int64_t i, Ints difference, Ints marks, Ints rounded) {
-      return settled(dequantised_rows(x, r, kRows, true), i, rows_valid, difference, marks, rounded);
-    };
     // the kLength values from i: the float pass, or ORT's value alone
     auto one = [&](int64_t i, Ties ties, Floats scale_i, Floats count_i) __attribute__((always_inline)) {
       Ints out;
@@ -505,7 +492,8 @@ class Rows3x3Pool {
         const Ints difference = window_sums8(sums, i);
         Ints marked;
         out = Lanes::requantised(difference, scale_i, zero_point, marked);
-        if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0)) out = settle(i, difference, marked, out);
+        if (ties == Ties::Rare && __builtin_expect(Lanes::any(marked), 0))
+          out = settled_in_row<kRows>(x, r, i, difference, marked, out);
       }
       Lanes::narrow_one(out, yr + i);
     };
@@ -584,11 +572,13 @@ class Rows3x3Pool {
     // steps run on across the rows, then copied out. The windows of the first and last d values are summed right
     // too; scaled as the middle's with count_include_pad, else by block_scales_ (or redone by edge_columns). Where
     // plane_edge_columns redoes the first and last value of every row, the rows lie together instead, as in x and
-    // y, and the steps store straight to y; there the middle's marks (Rare) are settled in the block too.
+    // y, and the steps store straight to y; there the middle's marks (Rare) are settled in the block too where they
+    // are few (marks_listed: settled_in_block takes a lane at a time, far slower than settled's vectors where a
+    // scale ratio puts a sixth or more of the windows on ties).
     const bool unmarked_blocks = kEdge == Ties::None && (kMiddle == Ties::None || kMiddle == Ties::Whole) &&
                                  (q_.count_include_pad || edge_columns_ || (kMiddle == Ties::None && block_scales_));
-    const bool blocks =
-        kRows == WindowRows::Both && block_rows_ > 1 && (unmarked_blocks || (kMiddle == Ties::Rare && plane_edges_));
+    const bool blocks = kRows == WindowRows::Both && block_rows_ > 1 &&
+                        (unmarked_blocks || (kMiddle == Ties::Rare && plane_edges_ && marks_listed));
     const int64_t gap = plane_edges_ ? 0 : d;
     Q* const block_out = block_out_;
     for (; blocks && r + 1 < end; r += block_rows_) {
@@ -633,17 +623,21 @@ class Rows3x3Pool {
     return q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
   }
 
+  // settled on the marked lanes of the windows of values [i, i + kLength) of row r, from its whole rows dequantised.
+  template <WindowRows kRows>
+  Ints settled_in_row(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks, Ints rounded) {
+    return settled(dequantised_rows(x, r, kRows, true), i, row_count(kRows), difference, marks, rounded);
+  }
+
   // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength), with ORT's outputs.
   __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
                                          Ints marks, Ints rounded) const {
     const Ints at = Lanes::iota() + static_cast<int32_t>(i);
     const Ints columns = Ints{} + 1 - (at >= static_cast<int32_t>(d_)) - (at < static_cast<int32_t>(n_ - d_));
     const Ints ort = ort_values(rows_f, i, count_of(rows_valid, columns));
-    Ints out = rounded;
-    for (int k = 0; k < kLength; ++k) {
-      if (marks[k]) out[k] = requantiser_.settled(difference[k], rows_valid * columns[k], [&] { return ort[k]; });
-    }
-    return out;
+    return Lanes::select(
+        marks, requantiser_.template settled_lanes<Ints, HalfInts, HalfDoubles>(difference, rows_valid * columns, ort),
+        rounded);
   }
 
   // ORT's output (as ort_output) of the windows of values [i, i + kLength) of a row, from its three window rows
@@ -823,6 +817,7 @@ class Rows3x3Pool {
 
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
+  const RowsAndColumns plane_;                // for ort_output_2d, on planes (d_ == 1)
   const int64_t h_, w_, d_, n_, block_rows_;  // n_: values of a row; block_rows_: of a block (see rows), if > 1
   const int64_t stride_;                      // n_ and d_ zeros on each side: a row of floats_
   const bool plane_edges_;                    // see plane_edge_columns
@@ -831,10 +826,7 @@ class Rows3x3Pool {
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
   static constexpr int kMarkList = 4;         // differences of mark_list_
   bool marks_listed_[4] = {};                 // [rows]: the middle's marked differences are in mark_list_ (Rare)
-  int16_t mark_list_[4][kMarkList] = {{kNoDifference, kNoDifference, kNoDifference, kNoDifference},
-                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference},
-                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference},
-                                      {kNoDifference, kNoDifference, kNoDifference, kNoDifference}};
+  int16_t mark_list_[4][kMarkList];           // [rows]: kNoDifference in the slots past the list
   int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
   float* block_scales_ = nullptr;   // the scale of each value of a block of rows (see layout)
