@@ -234,7 +234,7 @@ struct Requantiser {
       const H count = count_include_pad ? H{} + static_cast<int32_t>(kernel_size) : valids[half];
       const D scale = ratio / __builtin_convertvector(count, D);
       D exact = __builtin_convertvector(differences[half], D) * scale + y_zero;
-      const Mask low = exact<qmin, high = exact> qmax;  // clamp_to
+      const Mask low = (exact < qmin), high = (exact > qmax);  // clamp_to
       exact = D((low & Mask(D{} + qmin)) | (high & Mask(D{} + qmax)) | (~(low | high) & Mask(exact)));
       const D rounded = (exact + kRoundMagicDouble) - kRoundMagicDouble;  // round_half_even
       const D magnitude = D(Mask(exact - rounded) & std::numeric_limits<int64_t>::max());
