@@ -70,6 +70,12 @@ template <class V, size_t... L>
 [[gnu::always_inline]] inline auto upper_half(V v, std::index_sequence<L...>) {
   return __builtin_shufflevector(v, v, (L + sizeof...(L))...);
 }
+// a's lanes then b's, as one vector of twice the lanes (in registers: two narrow stores read back as one wide load
+// stall)
+template <class V, size_t... L>
+[[gnu::always_inline]] inline auto joined_halves(V a, V b, std::index_sequence<L...>) {
+  return __builtin_shufflevector(a, b, L..., (L + sizeof...(L))...);
+}
 template <class V, size_t... L>
 [[gnu::always_inline]] inline auto even_lanes(V v, std::index_sequence<L...>) {
   return __builtin_shufflevector(v, v, (2 * L)...);

@@ -226,8 +226,10 @@ struct Requantiser {
     static_assert(sizeof(H) * 2 == sizeof(V) && sizeof(D) == sizeof(H) * 2, "V in two halves, in doubles");
     using Mask = decltype(D{} < D{});  // int64 lanes
     constexpr double qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
-    const H differences[2] = {low_half<H>(difference), high_half<H>(difference)};
-    const H valids[2] = {low_half<H>(valid), high_half<H>(valid)}, orts[2] = {low_half<H>(ort), high_half<H>(ort)};
+    const auto half_lanes = std::make_index_sequence<sizeof(H) / sizeof(int32_t)>{};
+    const H differences[2] = {lower_half(difference, half_lanes), upper_half(difference, half_lanes)};
+    const H valids[2] = {lower_half(valid, half_lanes), upper_half(valid, half_lanes)};
+    const H orts[2] = {lower_half(ort, half_lanes), upper_half(ort, half_lanes)};
     H out[2];
     for (int half = 0; half < 2; ++half) {
       // window_scale's, as a vector (lane by lane through memory, each store would stall the vector's load)
@@ -241,25 +243,7 @@ struct Requantiser {
       const H tie = __builtin_convertvector(magnitude > kTieBand, H);  // near_tie
       out[half] = (tie & orts[half]) | (~tie & __builtin_convertvector(rounded, H));
     }
-    return joined<V>(out[0], out[1]);
-  }
-
-  // The halves of a vector of 4 or 8 lanes, and two joined (in registers: through memory the wide load of two
-  // narrow stores stalls).
-  template <class H, class V>
-  static H low_half(V v) {
-    if constexpr (sizeof(V) / sizeof(v[0]) == 8) return __builtin_shufflevector(v, v, 0, 1, 2, 3);
-    else return __builtin_shufflevector(v, v, 0, 1);
-  }
-  template <class H, class V>
-  static H high_half(V v) {
-    if constexpr (sizeof(V) / sizeof(v[0]) == 8) return __builtin_shufflevector(v, v, 4, 5, 6, 7);
-    else return __builtin_shufflevector(v, v, 2, 3);
-  }
-  template <class V, class H>
-  static V joined(H low, H high) {
-    if constexpr (sizeof(V) / sizeof(low[0]) == 8) return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
-    else return __builtin_shufflevector(low, high, 0, 1, 2, 3);
+    return V(joined_halves(out[0], out[1], half_lanes));
   }
 
   // n positions of `channels` interleaved values each; marks (one byte per value, 0 or 1) the values the caller
