@@ -145,12 +145,13 @@ class Rows3x3Pool {
   }
   // Whether this pool beats the general path for its parameters: always with 8 lanes, on NEON and on NCHW planes;
   // with SSE2's 4 lanes an image's rows only where their middle windows take a ShortRule (rows: Ties::Whole; the
-  // float pass at 4 lanes is slower than the streamed passes').
+  // float pass at 4 lanes is slower than the streamed passes') or where a quarter or more of them are marked
+  // (settled a vector at a time, against one at a time).
   bool preferred() const {
 #if defined(__ARM_NEON)
     return true;
 #else
-    return kRowLanes == 8 || d_ == 1 || (middle_[3] == Ties::None && short_rule_[3].found);
+    return kRowLanes == 8 || d_ == 1 || (middle_[3] == Ties::None && short_rule_[3].found) || tie_heavy_;
 #endif
   }
   static bool applies(const PoolGeometry& g, int64_t channels) {
@@ -196,8 +197,12 @@ class Rows3x3Pool {
       middle_[rows] = kind[rows][3];
       // a few differences marked (and values within int32): the middle's steps look for them instead of taking the
       // float pass's marks (listed_marks)
-      if (middle_[rows] == Ties::Rare && std::fabs(scale_[rows][3]) < 0x1p19f)
-        marks_listed_[rows] = marked_differences(3 * rows, mark_list_[rows], kMarkList) <= kMarkList;
+      if (middle_[rows] == Ties::Rare && std::fabs(scale_[rows][3]) < 0x1p19f) {
+        const int marked = marked_differences(3 * rows, mark_list_[rows], kMarkList);
+        marks_listed_[rows] = marked <= kMarkList;
+        if (rows == 3 && kRowLanes == 4 && d_ > 1 && !marks_listed_[3])  // (preferred's question)
+          tie_heavy_ = 4 * marked >= in_range_differences(9);
+      }
       edge_kind_ = max_of(edge_kind_, kind[rows][2]);
       if (middle_[rows] == Ties::None) short_rule_[rows] = remembered_short_rule(requantiser_, 3 * rows);
       // an edge vector's lanes have 1 column in an input of one column, else 2, and 3 from the third
@@ -386,6 +391,8 @@ class Rows3x3Pool {
     const Floats zero_point = Floats{} + static_cast<float>(requantiser_.y_zero);
     const Shorts a = window_sums16(sums, i), b = window_sums16(sums, i + 2 * kLength);
     const Ints difference[4] = {Lanes::low_half(a), Lanes::high_half(a), Lanes::low_half(b), Lanes::high_half(b)};
+    // (settled inline: with a tie-heavy scale ratio most vectors have marks, and their divisions overlap)
+    const float* const* rows_f = in_block ? nullptr : dequantised_rows(x, r, kRows, true);
     Ints outs[4];
     for (int v = 0; v < 4; ++v) {
       Ints marked;
@@ -393,7 +400,7 @@ class Rows3x3Pool {
       if (!Lanes::any(marked)) continue;
       const int64_t at = i + v * kLength;
       outs[v] = in_block ? settled_in_block(x, r, at, difference[v], marked, outs[v])
-                         : settled_in_row<kRows>(x, r, at, difference[v], marked, outs[v]);
+                         : settled(rows_f, at, rows_valid, difference[v], marked, outs[v]);
     }
     Lanes::narrow(outs[0], outs[1], outs[2], outs[3], out);
   }
@@ -626,12 +633,17 @@ class Rows3x3Pool {
   // settled on the marked lanes of the windows of values [i, i + kLength) of row r, from its whole rows dequantised.
   template <WindowRows kRows>
   Ints settled_in_row(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks, Ints rounded) {
-    return settled(dequantised_rows(x, r, kRows, true), i, row_count(kRows), difference, marks, rounded);
+    return settled_out_of_line(dequantised_rows(x, r, kRows, true), i, row_count(kRows), difference, marks, rounded);
+  }
+  // (out of line for the rows' per-vector calls: their loop keeps its vectors in registers)
+  __attribute__((noinline)) Ints settled_out_of_line(const float* const* rows_f, int64_t i, int rows_valid,
+                                                     Ints difference, Ints marks, Ints rounded) const {
+    return settled(rows_f, i, rows_valid, difference, marks, rounded);
   }
 
   // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength), with ORT's outputs.
-  __attribute__((noinline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
-                                         Ints marks, Ints rounded) const {
+  __attribute__((always_inline)) Ints settled(const float* const* rows_f, int64_t i, int rows_valid, Ints difference,
+                                              Ints marks, Ints rounded) const {
     const Ints at = Lanes::iota() + static_cast<int32_t>(i);
     const Ints columns = Ints{} + 1 - (at >= static_cast<int32_t>(d_)) - (at < static_cast<int32_t>(n_ - d_));
     const Ints ort = ort_values(rows_f, i, count_of(rows_valid, columns));
@@ -815,6 +827,19 @@ class Rows3x3Pool {
     return count;
   }
 
+  // The differences of windows of `valid` elements (1..9) whose exact values lie within Q's range (unclamped,
+  // where the float pass can mark them).
+  int in_range_differences(int valid) const {
+    const double scale = requantiser_.window_scale(valid);
+    int count = 0;
+    for (int32_t d = valid * (std::numeric_limits<Q>::min() - q_.x_zero_point);
+         d <= valid * (std::numeric_limits<Q>::max() - q_.x_zero_point); ++d) {
+      const double value = d * scale + requantiser_.y_zero;
+      count += value >= std::numeric_limits<Q>::min() && value <= std::numeric_limits<Q>::max();
+    }
+    return count;
+  }
+
   const QLinearParams q_;
   const Requantiser<Q, int16_t> requantiser_;
   const RowsAndColumns plane_;                // for ort_output_2d, on planes (d_ == 1)
@@ -826,6 +851,7 @@ class Rows3x3Pool {
   Ties middle_[4] = {}, edge_[4] = {};        // [rows]: the marks of the middle's windows and of the edge vectors'
   static constexpr int kMarkList = 4;         // differences of mark_list_
   bool marks_listed_[4] = {};                 // [rows]: the middle's marked differences are in mark_list_ (Rare)
+  bool tie_heavy_ = false;                    // a quarter or more of the middle's in-range windows marked (Rare)
   int16_t mark_list_[4][kMarkList];           // [rows]: kNoDifference in the slots past the list
   int16_t* column_sums_ = nullptr;  // a block's rows' or two rows' (see row_sums), d zeros before and after each
   Q* block_out_ = nullptr;          // a block's outputs, d values apart
