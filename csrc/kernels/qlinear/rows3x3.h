@@ -630,15 +630,12 @@ class Rows3x3Pool {
     return q_.count_include_pad ? Floats{} + 9.0f : __builtin_convertvector(columns * rows_valid, Floats);
   }
 
-  // settled on the marked lanes of the windows of values [i, i + kLength) of row r, from its whole rows dequantised.
+  // settled on the marked lanes of the windows of values [i, i + kLength) of row r, from its whole rows dequantised
+  // (out of line for the rows' per-vector calls: their loop keeps its vectors in registers).
   template <WindowRows kRows>
-  Ints settled_in_row(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks, Ints rounded) {
-    return settled_out_of_line(dequantised_rows(x, r, kRows, true), i, row_count(kRows), difference, marks, rounded);
-  }
-  // (out of line for the rows' per-vector calls: their loop keeps its vectors in registers)
-  __attribute__((noinline)) Ints settled_out_of_line(const float* const* rows_f, int64_t i, int rows_valid,
-                                                     Ints difference, Ints marks, Ints rounded) const {
-    return settled(rows_f, i, rows_valid, difference, marks, rounded);
+  __attribute__((noinline)) Ints settled_in_row(const Q* x, int64_t r, int64_t i, Ints difference, Ints marks,
+                                                Ints rounded) {
+    return settled(dequantised_rows(x, r, kRows, true), i, row_count(kRows), difference, marks, rounded);
   }
 
   // Requantiser::settled on the marked lanes of the windows of values [i, i + kLength), with ORT's outputs.
